@@ -1,0 +1,64 @@
+"""The `batchgate` command: one sub-command per verb of DESIGN.md §7.
+
+Owns argument parsing and the exit code; every verb lives in `gate.commands.<verb>` and exposes
+`register(subparsers)` which adds its parser and sets `func(args) -> int`. `serve` and `load`
+hand over to `python -m reference_server` / `python -m loadgen` in a child process, because
+`gate` must never import torch or locust (DESIGN.md §3).
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+import sys
+from collections.abc import Sequence
+
+from gate.exit_codes import ExitCode
+
+# Order is the order shown in --help.
+COMMANDS = (
+    "run",
+    "serve",
+    "load",
+    "check",
+    "report",
+    "compare",
+    "baseline",
+    "rollback",
+    "sweep",
+    "sample",
+)
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="batchgate",
+        description="Load-test and gate the batching behaviour of an LLM inference server.",
+    )
+    subparsers = parser.add_subparsers(dest="command", metavar="COMMAND")
+    for name in COMMANDS:
+        try:
+            module = importlib.import_module(f"gate.commands.{name}")
+        except ModuleNotFoundError as exc:
+            if exc.name != f"gate.commands.{name}":
+                raise
+            continue  # verb not built yet
+        module.register(subparsers)
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    if not getattr(args, "func", None):
+        parser.print_help(sys.stderr)
+        return int(ExitCode.USAGE)
+    try:
+        return int(args.func(args))
+    except KeyboardInterrupt:
+        print("batchgate: interrupted", file=sys.stderr)
+        return int(ExitCode.NO_DATA)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

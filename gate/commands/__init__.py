@@ -1,0 +1,1 @@
+"""One module per `batchgate` verb; see gate.cli."""

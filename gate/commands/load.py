@@ -1,0 +1,26 @@
+"""`batchgate load`: runs the load generator (`python -m loadgen`)."""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+
+
+def register(subparsers: argparse._SubParsersAction) -> None:
+    parser = subparsers.add_parser(
+        "load",
+        help="run a load profile against a target and write its records",
+        description="Start the load generator. All flags go to "
+        "`python -m loadgen`; see `batchgate load --help-load`.",
+        add_help=False,
+    )
+    parser.add_argument("load_args", nargs=argparse.REMAINDER)
+    parser.set_defaults(func=run)
+
+
+def run(args: argparse.Namespace) -> int:
+    load_args = ["--help" if a == "--help-load" else a for a in args.load_args]
+    # exec: signals (SIGTERM drain, Ctrl-C) reach the server directly.
+    os.execv(sys.executable, [sys.executable, "-m", "loadgen", *load_args])
+    return 0  # not reached
