@@ -1,0 +1,382 @@
+"""Rollback: apply a named batching preset to a live server, and translate presets for others.
+
+Owns the HTTP exchange with the bundled server's `GET`/`PUT /admin/batching` (snapshot the
+current settings, apply the preset, return what was there before so rolling forward is one
+command), the errors a user can act on (unreachable, refused, rejected, not supported), and the
+documented mapping of preset keys to vLLM engine flags, Triton dynamic-batcher fields and TGI
+router flags (docs/rollback.md). It does not parse gates files (gate.gates_file does) or print.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Mapping
+from typing import Any
+
+import httpx
+
+__all__ = [
+    "AdminRefused",
+    "ApplyResult",
+    "BatchingNotSupported",
+    "Equivalent",
+    "PresetRejected",
+    "RollbackError",
+    "TargetUnreachable",
+    "apply_preset",
+    "equivalent_settings",
+    "format_equivalents",
+]
+
+BATCHING_PATH = "/admin/batching"
+CLASSES = ("interactive", "batch")
+
+
+class RollbackError(Exception):
+    """A rollback that could not be done; the message says why and what to do."""
+
+
+class TargetUnreachable(RollbackError):
+    pass
+
+
+class AdminRefused(RollbackError):
+    """401/403 from the admin endpoint."""
+
+
+class PresetRejected(RollbackError):
+    """The server validated the preset and refused it (400); nothing changed."""
+
+
+class BatchingNotSupported(RollbackError):
+    """The target has no /admin/batching (404): not the bundled server."""
+
+
+@dataclasses.dataclass(frozen=True, kw_only=True)
+class ApplyResult:
+    previous: dict[str, Any]  # the settings before the change: PUT these to roll forward
+    current: dict[str, Any] | None  # the settings after, when the server says
+
+
+def apply_preset(
+    target_url: str,
+    preset: Mapping[str, Any],
+    *,
+    admin_token: str | None = None,
+    timeout_seconds: float = 5.0,
+    client: httpx.Client | None = None,
+) -> ApplyResult:
+    """PUTs `preset` (a full or partial batching settings object) to the target."""
+    if not isinstance(preset, Mapping) or not preset:
+        raise PresetRejected("preset must be a non-empty mapping of batching settings")
+    url = target_url.rstrip("/") + BATCHING_PATH
+    headers = {"Authorization": f"Bearer {admin_token}"} if admin_token else {}
+    own = client is None
+    http = client or httpx.Client(timeout=timeout_seconds)
+    try:
+        # Snapshot first: the PUT's answer carries the previous settings too, but a server that
+        # answers only with the new ones must not leave us without a way back.
+        before = _json(_send(http, "GET", url, headers=headers), url)
+        response = _send(http, "PUT", url, headers=headers, json=dict(preset))
+        body = _json(response, url)
+    finally:
+        if own:
+            http.close()
+    previous = body.get("previous") if isinstance(body.get("previous"), dict) else None
+    current = body.get("current") if isinstance(body.get("current"), dict) else None
+    return ApplyResult(previous=previous or _settings(before), current=current)
+
+
+def _settings(body: dict[str, Any]) -> dict[str, Any]:
+    inner = body.get("settings") if isinstance(body.get("settings"), dict) else None
+    return inner or body
+
+
+def _send(http: httpx.Client, method: str, url: str, **kw: Any) -> httpx.Response:
+    try:
+        response = http.request(method, url, **kw)
+    except httpx.HTTPError as exc:
+        raise TargetUnreachable(f"cannot reach {url}: {type(exc).__name__}: {exc}") from exc
+    if response.status_code == 404:
+        raise BatchingNotSupported(f"{url} answered 404: the target has no {BATCHING_PATH}")
+    if response.status_code in (401, 403):
+        raise AdminRefused(
+            f"{url} refused the request (HTTP {response.status_code}); pass the server's admin "
+            "token with --admin-token or BATCHGATE_ADMIN_TOKEN"
+        )
+    if response.status_code == 400:
+        raise PresetRejected(
+            f"the server refused the preset, nothing changed: {_error_text(response)}"
+        )
+    if response.status_code >= 300:
+        raise RollbackError(
+            f"{method} {url} answered HTTP {response.status_code}: {_error_text(response)}"
+        )
+    return response
+
+
+def _json(response: httpx.Response, url: str) -> dict[str, Any]:
+    try:
+        body = response.json()
+    except ValueError as exc:
+        raise RollbackError(f"{url} did not answer JSON: {exc}") from exc
+    if not isinstance(body, dict):
+        raise RollbackError(f"{url} answered {type(body).__name__}, expected an object")
+    return body
+
+
+def _error_text(response: httpx.Response) -> str:
+    try:
+        body = response.json()
+        if isinstance(body, dict) and isinstance(body.get("error"), dict):
+            err = body["error"]
+            param = f" (field {err['param']})" if err.get("param") else ""
+            return f"{err.get('message', body)}{param}"
+        return str(body)
+    except ValueError:
+        return response.text[:300] or "(empty body)"
+
+
+# -- equivalents for other servers ---------------------------------------------------------
+
+
+@dataclasses.dataclass(frozen=True, kw_only=True)
+class Equivalent:
+    server: str  # vllm | triton | tgi
+    key: str  # the preset key it comes from
+    setting: str | None  # the flag / config line to use; None when there is no equivalent
+    exact: bool  # False: nearest knob, the note says how it differs
+    note: str | None = None
+
+
+def equivalent_settings(preset: Mapping[str, Any]) -> dict[str, list[Equivalent]]:
+    """The preset's keys as vLLM, Triton and TGI settings, per the table in docs/rollback.md."""
+    flat = _flatten(preset)
+    out: dict[str, list[Equivalent]] = {"vllm": [], "triton": [], "tgi": []}
+    for key, value in flat.items():
+        for server, mapper in _MAPPERS.items():
+            out[server].append(mapper(key, value))
+    return out
+
+
+def _flatten(preset: Mapping[str, Any]) -> dict[str, Any]:
+    flat: dict[str, Any] = {}
+    for key, value in preset.items():
+        if key in CLASSES and isinstance(value, Mapping):
+            for sub, v in value.items():
+                flat[f"{key}.{sub}"] = v
+        else:
+            flat[key] = value
+    return flat
+
+
+def _none(server: str, key: str, why: str) -> Equivalent:
+    return Equivalent(server=server, key=key, setting=None, exact=False, note=why)
+
+
+def _vllm(key: str, value: Any) -> Equivalent:
+    s = "vllm"
+    field = key.rsplit(".", 1)[-1]
+    if key == "policy":
+        if value == "continuous":
+            return Equivalent(
+                server=s,
+                key=key,
+                setting="(default)",
+                exact=True,
+                note="vLLM always batches per iteration",
+            )
+        return _none(
+            s, key, f"vLLM has no request-level '{value}' batching; it is always continuous"
+        )
+    if key == "max_num_seqs":
+        return Equivalent(server=s, key=key, setting=f"--max-num-seqs {value}", exact=True)
+    if key == "max_num_batched_tokens":
+        return Equivalent(
+            server=s, key=key, setting=f"--max-num-batched-tokens {value}", exact=True
+        )
+    if key == "max_prefill_chunk_tokens":
+        return Equivalent(
+            server=s,
+            key=key,
+            setting=f"--long-prefill-token-threshold {value}",
+            exact=False,
+            note="with --enable-chunked-prefill; caps long prompts' chunks",
+        )
+    if key == "shared_queue":
+        policy = "fcfs" if value else "priority"
+        return Equivalent(
+            server=s,
+            key=key,
+            setting=f"--scheduling-policy {policy}",
+            exact=False,
+            note="priority: requests carry vLLM's numeric `priority` (lower first)",
+        )
+    if field in ("max_batch_size", "max_wait_ms", "dispatch_threshold"):
+        return _none(s, key, "vLLM has no per-class batch window or batch size")
+    if field == "max_waiting":
+        return _none(s, key, "vLLM's waiting queue is unbounded; limit at the proxy")
+    if key == "kv_cache_memory_bytes":
+        return Equivalent(
+            server=s,
+            key=key,
+            setting=f"--kv-cache-memory-bytes {value}",
+            exact=False,
+            note="recent vLLM only; older ones size the cache by --gpu-memory-utilization",
+        )
+    return _none(s, key, "no vLLM equivalent")
+
+
+def _triton(key: str, value: Any) -> Equivalent:
+    s = "triton"
+    field = key.rsplit(".", 1)[-1]
+    per_class = "." in key
+    if key == "policy":
+        settings = {
+            "dynamic": ("dynamic_batching { }", True, None),
+            "static": (
+                "(remove the dynamic_batching block)",
+                False,
+                "without it Triton runs requests as they arrive; batch on the client",
+            ),
+            "continuous": (
+                'parameters { key: "batching_strategy" value: { string_value: '
+                '"inflight_fused_batching" } }',
+                False,
+                "in-flight batching exists only in the TensorRT-LLM backend",
+            ),
+        }
+        setting, exact, note = settings.get(value, (None, False, f"unknown policy {value!r}"))
+        return Equivalent(server=s, key=key, setting=setting, exact=exact, note=note)
+    if field == "max_batch_size":
+        return Equivalent(
+            server=s,
+            key=key,
+            setting=f"max_batch_size: {value}",
+            exact=not per_class,
+            note="one per model in Triton, not per priority class" if per_class else None,
+        )
+    if field == "max_wait_ms":
+        micros = round(float(value) * 1000)
+        return Equivalent(
+            server=s,
+            key=key,
+            setting=f"dynamic_batching {{ max_queue_delay_microseconds: {micros} }}",
+            exact=not per_class,
+            note="one delay per model in Triton" if per_class else None,
+        )
+    if field == "dispatch_threshold":
+        return Equivalent(
+            server=s,
+            key=key,
+            setting=f"dynamic_batching {{ preferred_batch_size: [ {value} ] }}",
+            exact=False,
+            note="Triton dispatches at once when a preferred size forms",
+        )
+    if field == "max_waiting":
+        level = CLASSES.index(key.split(".")[0]) + 1 if per_class else None
+        if level is None:
+            return Equivalent(
+                server=s,
+                key=key,
+                exact=True,
+                setting=f"default_queue_policy {{ max_queue_size: {value} }}",
+            )
+        return Equivalent(
+            server=s,
+            key=key,
+            exact=True,
+            setting=f"priority_levels: 2, priority_queue_policy {{ key: {level} "
+            f"value: {{ max_queue_size: {value} }} }}",
+        )
+    if key == "max_num_seqs":
+        return Equivalent(
+            server=s,
+            key=key,
+            setting=f"trtllm-build --max_batch_size {value}",
+            exact=False,
+            note="TensorRT-LLM backend engine build option",
+        )
+    if key == "max_num_batched_tokens":
+        return Equivalent(
+            server=s,
+            key=key,
+            setting=f"trtllm-build --max_num_tokens {value}",
+            exact=False,
+            note="TensorRT-LLM backend engine build option",
+        )
+    if key == "kv_cache_memory_bytes":
+        return Equivalent(
+            server=s,
+            key=key,
+            setting="kv_cache_free_gpu_mem_fraction / max_tokens_in_paged_kv_cache",
+            exact=False,
+            note="TensorRT-LLM backend parameters; sized as a fraction or in tokens, not bytes",
+        )
+    return _none(s, key, "no Triton equivalent")
+
+
+def _tgi(key: str, value: Any) -> Equivalent:
+    s = "tgi"
+    field = key.rsplit(".", 1)[-1]
+    if key == "policy":
+        if value == "continuous":
+            return Equivalent(
+                server=s,
+                key=key,
+                setting="(default)",
+                exact=True,
+                note="TGI's router always batches continuously",
+            )
+        return _none(s, key, f"TGI has no '{value}' batching policy")
+    if key == "max_num_seqs":
+        return Equivalent(server=s, key=key, setting=f"--max-batch-size {value}", exact=True)
+    if key == "max_num_batched_tokens":
+        return Equivalent(
+            server=s,
+            key=key,
+            setting=f"--max-batch-prefill-tokens {value}",
+            exact=False,
+            note="TGI caps prefill tokens per forward; decode tokens are "
+            "bounded by --max-batch-total-tokens",
+        )
+    if field == "max_wait_ms":
+        return _none(s, key, "TGI has no time window; --max-waiting-tokens counts decode steps")
+    if field == "max_waiting":
+        return Equivalent(
+            server=s,
+            key=key,
+            setting=f"--max-concurrent-requests {value}",
+            exact=False,
+            note="TGI's limit counts running and waiting requests of every class together",
+        )
+    if key == "kv_cache_memory_bytes":
+        return Equivalent(
+            server=s,
+            key=key,
+            setting="--cuda-memory-fraction / --max-batch-total-tokens",
+            exact=False,
+            note="TGI sizes the KV cache from a memory fraction or a token budget, not bytes",
+        )
+    return _none(s, key, "no TGI equivalent")
+
+
+_MAPPERS = {"vllm": _vllm, "triton": _triton, "tgi": _tgi}
+
+
+def format_equivalents(preset_name: str, preset: Mapping[str, Any]) -> str:
+    """Plain text for people: one block per server, one line per preset key."""
+    lines = [f"Equivalent settings for preset '{preset_name}' (nothing was changed):"]
+    titles = {
+        "vllm": "vLLM (engine flags)",
+        "triton": "Triton (model config.pbtxt)",
+        "tgi": "TGI (router / launcher flags)",
+    }
+    for server, items in equivalent_settings(preset).items():
+        lines.append(f"  {titles[server]}:")
+        for eq in items:
+            value = eq.setting or "no equivalent"
+            mark = "" if eq.exact or eq.setting is None else " (nearest)"
+            note = f"  # {eq.note}" if eq.note else ""
+            lines.append(f"    {eq.key:<34} -> {value}{mark}{note}")
+    return "\n".join(lines)
