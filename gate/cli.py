@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import argparse
 import importlib
+import os
 import sys
 from collections.abc import Sequence
 
@@ -58,6 +59,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     except KeyboardInterrupt:
         print("batchgate: interrupted", file=sys.stderr)
         return int(ExitCode.NO_DATA)
+    except BrokenPipeError:
+        # `batchgate ... | head`: the reader left; not an error worth a traceback.
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())
+        return int(ExitCode.PASSED)
 
 
 if __name__ == "__main__":
