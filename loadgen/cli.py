@@ -1,0 +1,181 @@
+"""`python -m loadgen` / `batchgate load`: the load generator's command line.
+
+Owns argument parsing, turning flags into profile overrides and a `RunConfig`, the start-of-run
+probe of the target, and the exit code (0 run completed, even with request errors; 2 usage error;
+5 target unreachable, run interrupted or crashed). Locust is imported only once a run really
+starts (it monkey-patches the standard library), so `--help` and usage errors never import it.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+from loadgen.config import RunConfig
+from loadgen.errors import ConfigError, TargetUnreachableError
+from loadgen.probe import probe_target
+from loadgen.profiles import PROFILES, SCALES, resolve
+
+__all__ = ["build_parser", "main"]
+
+EXIT_OK, EXIT_USAGE, EXIT_NO_DATA = 0, 2, 5
+
+
+def build_parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(
+        prog="python -m loadgen",
+        description="Open-loop load generator for OpenAI-compatible LLM servers (runs Locust). "
+        "Writes OUT/requests.jsonl and OUT/load.json (docs/records.md).",
+        epilog="Profiles: "
+        + "; ".join(f"{n}: {d}" for n, (_, _, d) in PROFILES.items())
+        + ". Exit codes: 0 completed (even with request errors), 2 usage error, 5 target "
+        "unreachable / run interrupted.",
+    )
+    p.add_argument("--target", help="base URL of the server, e.g. http://127.0.0.1:8000")
+    p.add_argument("--profile", choices=sorted(PROFILES), help="traffic profile")
+    p.add_argument("--out", help="output directory for requests.jsonl and load.json")
+    p.add_argument(
+        "--scale",
+        choices=list(SCALES),
+        default="full",
+        help="duration scale when --duration is not given (default full)",
+    )
+    p.add_argument("--duration", type=float, help="total duration in seconds (stages keep ratios)")
+    p.add_argument("--rate", type=float, help="mean offered rate in req/s (stages keep ratios)")
+    p.add_argument("--seed", type=int, help="seed of arrivals and request contents")
+    p.add_argument("--workers", type=int, default=1, help="Locust worker processes (default 1)")
+    p.add_argument(
+        "--remote-workers",
+        action="store_true",
+        help="do not start local workers: wait for --workers remote ones to join",
+    )
+    p.add_argument(
+        "--master-bind-host",
+        default="127.0.0.1",
+        help="address the master listens on (0.0.0.0 for remote workers)",
+    )
+    p.add_argument("--master-port", type=int, default=0, help="master port (default: free port)")
+    p.add_argument("--api-key", help="API key sent as a Bearer token")
+    p.add_argument("--model", help="model name (default: first model listed by /v1/models)")
+    p.add_argument("--endpoint", choices=["chat", "completions"], help="API endpoint")
+    p.add_argument("--no-stream", action="store_true", help="send non-streaming requests")
+    p.add_argument(
+        "--closed-loop", action="store_true", help="closed loop: --users with think time"
+    )
+    p.add_argument("--users", type=int, help="closed-loop users")
+    p.add_argument("--think-time", type=float, help="closed-loop think time in seconds")
+    p.add_argument("--max-concurrency", type=int, help="open-loop cap on requests in flight")
+    p.add_argument(
+        "--set",
+        action="append",
+        default=[],
+        metavar="KEY=VALUE",
+        help="override any profile parameter (dotted keys reach into mappings, "
+        "values are JSON when they parse, else strings); repeatable",
+    )
+    p.add_argument(
+        "--profile-overrides-json",
+        metavar="FILE",
+        help="JSON object of profile parameter overrides (the gates.yaml profiles: "
+        "section); --set and the flags above apply on top",
+    )
+    p.add_argument(
+        "--show-profile",
+        action="store_true",
+        help="print the resolved profile parameters as JSON and exit",
+    )
+    return p
+
+
+def _overrides(args: argparse.Namespace) -> dict[str, Any]:
+    out: dict[str, Any] = {}
+    if args.profile_overrides_json:
+        try:
+            loaded = json.loads(Path(args.profile_overrides_json).read_text(encoding="utf-8"))
+        except OSError as exc:
+            raise ConfigError(f"cannot read {args.profile_overrides_json}: {exc.strerror}") from exc
+        except ValueError as exc:
+            raise ConfigError(f"{args.profile_overrides_json} is not valid JSON: {exc}") from exc
+        if not isinstance(loaded, dict):
+            raise ConfigError(f"{args.profile_overrides_json} must hold a JSON object")
+        out.update(loaded)
+    for item in args.set:
+        key, sep, raw = item.partition("=")
+        if not sep or not key:
+            raise ConfigError(f"--set needs KEY=VALUE, got {item!r}")
+        try:
+            out[key] = json.loads(raw)
+        except ValueError:
+            out[key] = raw
+    flags = {
+        "duration_seconds": args.duration,
+        "rate_rps": args.rate,
+        "seed": args.seed,
+        "endpoint": args.endpoint,
+        "users": args.users,
+        "think_time_seconds": args.think_time,
+        "max_concurrency": args.max_concurrency,
+    }
+    out.update({k: v for k, v in flags.items() if v is not None})
+    if args.closed_loop:
+        out["mode"] = "closed"
+    if args.no_stream:
+        out["stream"] = False
+    return out
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    try:
+        overrides = _overrides(args)
+        if args.show_profile:
+            if not args.profile:
+                raise ConfigError("--show-profile needs --profile")
+            print(json.dumps(resolve(args.profile, overrides, args.scale).params, indent=2))
+            return EXIT_OK
+        missing = [f"--{n}" for n in ("target", "profile", "out") if not getattr(args, n)]
+        if missing:
+            raise ConfigError(f"missing required option(s): {', '.join(missing)}")
+        if args.workers < 1:
+            raise ConfigError(f"--workers must be >= 1, got {args.workers}")
+        spec = resolve(args.profile, overrides, args.scale)
+        if spec.params.get("dataset"):
+            from loadgen.dataset import load_dataset
+
+            load_dataset(spec.params["dataset"])  # fail early, with a clear message
+    except ConfigError as exc:
+        print(f"loadgen: error: {exc}", file=sys.stderr)
+        return EXIT_USAGE
+    try:
+        model = args.model or probe_target(args.target, api_key=args.api_key, timeout_seconds=10.0)
+    except TargetUnreachableError as exc:
+        print(f"loadgen: target unreachable: {exc}", file=sys.stderr)
+        return EXIT_NO_DATA
+    config = RunConfig(
+        target_url=args.target,
+        model=model or "default",
+        out_dir=args.out,
+        profile=args.profile,
+        scale=args.scale,
+        overrides=overrides,
+        api_key=args.api_key,
+        workers=args.workers,
+    )
+    from loadgen.locust_runner import run_load
+
+    try:
+        load = run_load(
+            config,
+            master_bind_host=args.master_bind_host,
+            master_port=args.master_port,
+            remote_workers=args.remote_workers,
+        )
+    except RuntimeError as exc:
+        print(f"loadgen: error: {exc}", file=sys.stderr)
+        return EXIT_NO_DATA
+    return EXIT_OK if load.get("ended") == "completed" else EXIT_NO_DATA

@@ -1,0 +1,279 @@
+"""The OpenAI-compatible client: sends one planned request and times every content chunk.
+
+Owns the request body for `/v1/chat/completions` and `/v1/completions` (streaming or not, with
+`stream_options.include_usage`), the interpretation of OpenAI chunks (content vs role-only,
+per-chunk or final `usage`, finish reasons, in-stream errors), and the mapping of every failure
+to a record status with a reason. It never raises for a server's misbehaviour. It does not know
+about schedules, workers or Locust.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from dataclasses import dataclass
+from typing import Any
+
+import orjson
+
+from loadgen.httpconn import (
+    ConnectionDropped,
+    ConnectionPool,
+    HttpConnection,
+    ProtocolError,
+    Target,
+)
+from loadgen.plan import PlannedRequest
+from loadgen.records import RequestRecord
+from loadgen.sse import SSEParser
+
+__all__ = ["ClientConfig", "OpenAIClient", "RequestCancelled"]
+
+_ERROR_BODY_BYTES = 4096
+
+
+class RequestCancelled(Exception):
+    """Raised into an in-flight request when the run stops (recorded as `cancelled`)."""
+
+
+@dataclass(frozen=True, kw_only=True)
+class ClientConfig:
+    model: str
+    endpoint: str = "chat"
+    stream: bool = True
+    api_key: str | None = None
+    request_timeout_seconds: float = 60.0
+    extra_body: dict[str, Any] | None = None
+
+
+class _Failure(Exception):
+    def __init__(self, status: str, reason: str) -> None:
+        super().__init__(reason)
+        self.status = status
+        self.reason = reason
+
+
+class OpenAIClient:
+    def __init__(self, target: Target, config: ClientConfig) -> None:
+        self.target = target
+        self.config = config
+        self.pool = ConnectionPool(target, connect_timeout_seconds=config.request_timeout_seconds)
+
+    def close(self) -> None:
+        self.pool.close()
+
+    def body(self, req: PlannedRequest) -> dict[str, Any]:
+        cfg = self.config
+        body: dict[str, Any] = {
+            "model": cfg.model,
+            "max_tokens": req.max_tokens,
+            "stream": cfg.stream,
+        }
+        if cfg.endpoint == "chat":
+            body["messages"] = [{"role": r, "content": c} for r, c in req.messages]
+        else:
+            body["prompt"] = req.prompt_text
+        if cfg.stream:
+            body["stream_options"] = {"include_usage": True}
+        body.update(cfg.extra_body or {})
+        return body
+
+    def path(self) -> str:
+        leaf = "chat/completions" if self.config.endpoint == "chat" else "completions"
+        base = self.target.base_path
+        return f"{base}/{leaf}" if base.endswith("/v1") else f"{base}/v1/{leaf}"
+
+    def send(self, req: PlannedRequest, record: RequestRecord) -> RequestRecord:
+        """Fill `record` (planned_at already set) by sending `req`; never raises for I/O."""
+        payload = orjson.dumps(self.body(req))
+        headers = {
+            "Host": self.target.host_header,
+            "Content-Type": "application/json",
+            "Accept": "text/event-stream" if self.config.stream else "application/json",
+            "X-Priority": req.priority,
+        }
+        if self.config.api_key:
+            headers["Authorization"] = f"Bearer {self.config.api_key}"
+        record.prompt_tokens = req.prompt_tokens
+        conn: HttpConnection | None = None
+        try:
+            record.sent_at = time.monotonic()
+            deadline = record.sent_at + self.config.request_timeout_seconds
+            conn, status, resp_headers = self._open(payload, headers, deadline)
+            record.http_status = status
+            if status != 200:
+                raise _Failure(
+                    "http_error", f"HTTP {status}: {self._error_text(conn, resp_headers, deadline)}"
+                )
+            if self.config.stream and "text/event-stream" in resp_headers.get("content-type", ""):
+                self._read_stream(conn, resp_headers, deadline, record)
+            else:
+                self._read_full(conn, resp_headers, deadline, record)
+            record.status, record.error = "ok", None
+        except _Failure as exc:
+            record.status, record.error = exc.status, exc.reason
+        except RequestCancelled:
+            record.status, record.error = "cancelled", "cancelled: the run stopped"
+        except TimeoutError:
+            record.status = "timeout"
+            record.error = f"no complete response within {self.config.request_timeout_seconds:g} s"
+        except ProtocolError as exc:
+            record.status, record.error = "protocol_error", f"bad HTTP: {exc}"
+        except (OSError, EOFError) as exc:
+            record.status = "connection_error"
+            record.error = f"{type(exc).__name__}: {exc}" if str(exc) else type(exc).__name__
+        finally:
+            if record.done_at is None or record.status != "ok":
+                record.done_at = time.monotonic() if record.sent_at is not None else None
+            if conn is not None:
+                if record.status == "ok":
+                    self.pool.release(conn)
+                else:
+                    conn.close()
+        if record.output_tokens is None and record.chunk_tokens:
+            record.output_tokens = sum(record.chunk_tokens)
+        return record
+
+    def _open(
+        self, payload: bytes, headers: dict[str, str], deadline: float
+    ) -> tuple[HttpConnection, int, dict[str, str]]:
+        conn = self.pool.acquire()
+        try:
+            conn.send_request("POST", self.path(), headers, payload)
+            status, resp_headers, _ = conn.read_head(deadline)
+            return conn, status, resp_headers
+        except BaseException as exc:
+            conn.close()
+            # Only a reused connection that the server closed while idle is retried; a timeout
+            # is the server's answer and is never retried (it would double the load).
+            stale = isinstance(exc, (ConnectionDropped, BrokenPipeError, ConnectionResetError))
+            if not conn.reused or not stale:
+                raise
+        # A pooled connection the server had closed: retry once on a fresh one, as browsers do.
+        conn = self.pool.acquire(fresh=True)
+        try:
+            conn.send_request("POST", self.path(), headers, payload)
+            status, resp_headers, _ = conn.read_head(deadline)
+        except BaseException:
+            conn.close()
+            raise
+        return conn, status, resp_headers
+
+    def _error_text(self, conn: HttpConnection, headers: dict[str, str], deadline: float) -> str:
+        body = b""
+        try:
+            for piece, _ in conn.iter_body(headers, deadline):
+                body += piece
+                if len(body) >= _ERROR_BODY_BYTES:
+                    break
+        except (OSError, ProtocolError) as exc:
+            body += f" [body unreadable: {exc}]".encode()
+        text = body.decode("utf-8", "replace").strip()
+        try:
+            obj = json.loads(text)
+        except ValueError:
+            return f"non-JSON error body: {text[:200]!r}" if text else "empty error body"
+        if isinstance(obj, dict) and isinstance(obj.get("error"), dict):
+            return str(obj["error"].get("message") or obj["error"])[:300]
+        if isinstance(obj, dict) and "detail" in obj:
+            return str(obj["detail"])[:300]
+        return text[:300]
+
+    def _read_stream(
+        self, conn: HttpConnection, headers: dict[str, str], deadline: float, rec: RequestRecord
+    ) -> None:
+        parser = SSEParser()
+        done = False
+        last_completion_tokens = 0
+        for piece, at in conn.iter_body(headers, deadline):
+            try:
+                events = parser.feed(piece)
+            except UnicodeDecodeError as exc:
+                raise _Failure(
+                    "protocol_error", f"malformed SSE: not UTF-8 ({exc.reason})"
+                ) from exc
+            for data in events:
+                if done:
+                    raise _Failure("protocol_error", "malformed SSE: data after [DONE]")
+                if data.strip() == "[DONE]":
+                    done = True
+                    rec.done_at = at
+                    continue
+                chunk = _parse_chunk(data)
+                usage = chunk.get("usage") if isinstance(chunk.get("usage"), dict) else None
+                text, finish = _chunk_content(chunk, self.config.endpoint)
+                if finish:
+                    rec.finish_reason = finish
+                if text:
+                    tokens = 1
+                    if usage and isinstance(usage.get("completion_tokens"), int):
+                        tokens = max(usage["completion_tokens"] - last_completion_tokens, 1)
+                    rec.chunk_times.append(at)
+                    rec.chunk_tokens.append(tokens)
+                    if rec.first_token_at is None:
+                        rec.first_token_at = at
+                if usage:
+                    _apply_usage(rec, usage)
+                    if isinstance(usage.get("completion_tokens"), int):
+                        last_completion_tokens = usage["completion_tokens"]
+        if not done:
+            tail = " (truncated event)" if parser.pending() else ""
+            raise _Failure("protocol_error", f"stream ended without [DONE]{tail}")
+
+    def _read_full(
+        self, conn: HttpConnection, headers: dict[str, str], deadline: float, rec: RequestRecord
+    ) -> None:
+        pieces = [piece for piece, _ in conn.iter_body(headers, deadline)]
+        body = b"".join(pieces)
+        at = rec.done_at = time.monotonic()
+        chunk = _parse_chunk(body.decode("utf-8", "replace"), what="response body")
+        text, finish = _chunk_content(chunk, self.config.endpoint, full=True)
+        rec.finish_reason = finish
+        if isinstance(chunk.get("usage"), dict):
+            _apply_usage(rec, chunk["usage"])
+        if text:
+            rec.first_token_at = at
+            rec.chunk_times.append(at)
+            rec.chunk_tokens.append(rec.output_tokens or len(text.encode()))
+
+
+def _parse_chunk(data: str, what: str = "SSE data") -> dict[str, Any]:
+    try:
+        obj = orjson.loads(data)
+    except orjson.JSONDecodeError as exc:
+        raise _Failure("protocol_error", f"malformed {what}: not JSON: {data[:80]!r}") from exc
+    if not isinstance(obj, dict):
+        raise _Failure("protocol_error", f"malformed {what}: not an object: {data[:80]!r}")
+    if "error" in obj:
+        err = obj["error"]
+        msg = err.get("message") if isinstance(err, dict) else err
+        raise _Failure("protocol_error", f"server error inside the response: {str(msg)[:200]}")
+    return obj
+
+
+def _chunk_content(
+    chunk: dict[str, Any], endpoint: str, full: bool = False
+) -> tuple[str, str | None]:
+    choices = chunk.get("choices")
+    if not isinstance(choices, list) or not choices:
+        if "usage" in chunk:
+            return "", None  # the final usage-only chunk
+        raise _Failure("protocol_error", "malformed chunk: no choices")
+    choice = choices[0]
+    if not isinstance(choice, dict):
+        raise _Failure("protocol_error", "malformed chunk: choice is not an object")
+    if endpoint == "chat":
+        part = choice.get("message" if full else "delta") or {}
+        text = part.get("content") if isinstance(part, dict) else None
+    else:
+        text = choice.get("text")
+    finish = choice.get("finish_reason")
+    return (text if isinstance(text, str) else ""), (finish if isinstance(finish, str) else None)
+
+
+def _apply_usage(rec: RequestRecord, usage: dict[str, Any]) -> None:
+    if isinstance(usage.get("prompt_tokens"), int):
+        rec.prompt_tokens = usage["prompt_tokens"]
+    if isinstance(usage.get("completion_tokens"), int):
+        rec.output_tokens = usage["completion_tokens"]
+        rec.tokens_source = "usage"

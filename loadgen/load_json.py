@@ -1,0 +1,94 @@
+"""`load.json`: the per-profile summary of what the load generator offered and achieved.
+
+Owns assembling the docs/records.md `load.json` object from the resolved profile, the worker
+summaries and the record counts, including the measurement-validity verdict (schedule lag p99 and
+client CPU against their limits). It does not read requests.jsonl and does not write files.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from loadgen.metrics import percentile
+from loadgen.profiles import ProfileSpec, params_hash
+
+__all__ = ["build_load_json"]
+
+
+def build_load_json(
+    *,
+    spec: ProfileSpec,
+    workers: int,
+    summaries: list[dict[str, Any]],
+    counts_by_status: dict[str, int],
+    t0: float,
+    wall_at_t0: float,
+    ended_at: float,
+    ended: str,
+) -> dict[str, Any]:
+    p = spec.params
+    closed = spec.mode == "closed"
+    duration = spec.schedule.duration_seconds
+    window_end = min(t0 + duration, ended_at) if ended != "completed" else t0 + duration
+    window_len = max(window_end - t0, 1e-9)
+    lags = [lag for s in summaries for lag in s["lags"]]
+    cpu_means = [s["cpu"]["mean"] for s in summaries]
+    cpu_max = max((s["cpu"]["max"] for s in summaries), default=0.0)
+    cpu_mean = sum(cpu_means) / len(cpu_means) if cpu_means else 0.0
+    sent = sum(s["sent"] for s in summaries)
+    lag = {
+        "p50": percentile(lags, 50) or 0.0,
+        "p90": percentile(lags, 90) or 0.0,
+        "p99": percentile(lags, 99) or 0.0,
+        "max": max(lags) if lags else 0.0,
+    }
+    limits = {
+        "max_schedule_lag_p99_seconds": float(p["max_schedule_lag_p99_seconds"]),
+        "max_client_cpu_ratio": float(p["max_client_cpu_ratio"]),
+    }
+    reasons = []
+    if lag["p99"] > limits["max_schedule_lag_p99_seconds"]:
+        reasons.append(
+            f"schedule lag p99 {lag['p99'] * 1000:.1f} ms exceeds the limit "
+            f"{limits['max_schedule_lag_p99_seconds'] * 1000:.1f} ms (client could not keep up)"
+        )
+    if cpu_max > limits["max_client_cpu_ratio"]:
+        reasons.append(
+            f"client CPU peaked at {cpu_max:.2f} of a core, above the limit "
+            f"{limits['max_client_cpu_ratio']:.2f} (load generator saturated)"
+        )
+    if sent == 0:
+        reasons.append("no request was sent")
+    if len(summaries) < workers:
+        reasons.append(f"only {len(summaries)} of {workers} workers reported their summary")
+    return {
+        "schema_version": 1,
+        "profile": spec.name,
+        "params": p,
+        "params_hash": params_hash(p),
+        "mode": spec.mode,
+        "workers": workers,
+        "clock": {"monotonic_at_start": t0, "wall_at_start": wall_at_t0},
+        "window": {
+            "start": t0,
+            "end": window_end,
+            "warmup_seconds": float(p["warmup_seconds"]),
+        },
+        "stages": [
+            {"name": name, "start": t0 + start, "end": t0 + end}
+            for name, start, end in spec.schedule.stage_bounds()
+        ],
+        "target_rate_rps": None if closed else spec.schedule.mean_rate_rps,
+        "achieved_rate_rps": sent / window_len,
+        "planned_requests": sum(s["planned"] for s in summaries),
+        "sent_requests": sent,
+        "counts_by_status": dict(sorted(counts_by_status.items())),
+        "schedule_lag_seconds": lag,
+        "client_cpu_ratio": {"mean": cpu_mean, "max": cpu_max},
+        "concurrency_cap": int(p["max_concurrency"]),
+        "cap_reached_count": sum(s["cap_reached"] for s in summaries),
+        "limits": limits,
+        "measurement_valid": not reasons,
+        "invalid_reasons": reasons,
+        "ended": ended,
+    }

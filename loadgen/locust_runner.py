@@ -1,0 +1,146 @@
+"""Runs a load profile under Locust from the loadgen CLI: local, or master with workers.
+
+Owns building the Locust environment programmatically, starting local worker processes
+(`python -m loadgen.worker`) or waiting for remote ones, the progress display loop, Ctrl-C
+handling (cancel in-flight requests, write load.json with `ended: interrupted`), and shutdown.
+Importing it imports locust (gevent monkey-patching): only `loadgen.cli` imports it, lazily, in
+the load process. It does not parse arguments.
+"""
+
+from __future__ import annotations
+
+import gevent.monkey
+
+gevent.monkey.patch_all()
+
+import signal  # noqa: E402
+import socket  # noqa: E402
+import subprocess  # noqa: E402
+import sys  # noqa: E402
+import time  # noqa: E402
+from typing import Any  # noqa: E402
+
+import gevent  # noqa: E402
+import gevent.event  # noqa: E402
+from locust.env import Environment  # noqa: E402
+from locust.runners import MasterRunner  # noqa: E402
+
+from loadgen.config import RunConfig  # noqa: E402
+from loadgen.locust_glue import DriverUser, build_parsed_options, install  # noqa: E402
+from loadgen.progress import Progress  # noqa: E402
+
+__all__ = ["run_load"]
+
+_WORKER_WAIT_SECONDS = 60.0
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def run_load(
+    config: RunConfig,
+    *,
+    master_bind_host: str = "127.0.0.1",
+    master_port: int = 0,
+    remote_workers: bool = False,
+) -> dict[str, Any]:
+    """Run the profile to completion (or Ctrl-C); returns the load.json object."""
+    env = Environment(
+        user_classes=[DriverUser],
+        host=config.target_url,
+        parsed_options=build_parsed_options(config),
+    )
+    procs: list[subprocess.Popen[bytes]] = []
+    if config.workers == 1 and not remote_workers:
+        runner = env.create_local_runner()
+    else:
+        port = master_port or _free_port()
+        runner = env.create_master_runner(master_bind_host=master_bind_host, master_bind_port=port)
+        if not remote_workers:
+            procs = [
+                subprocess.Popen(
+                    [
+                        sys.executable,
+                        "-m",
+                        "loadgen.worker",
+                        "--master-host",
+                        "127.0.0.1",
+                        "--master-port",
+                        str(port),
+                    ],
+                    # own session: a terminal Ctrl-C reaches the master only, which then stops
+                    # the workers in order so their last records still arrive
+                    start_new_session=True,
+                )
+                for _ in range(config.workers)
+            ]
+        else:
+            print(
+                f"loadgen: master waiting for {config.workers} workers on "
+                f"{master_bind_host}:{port}",
+                file=sys.stderr,
+                flush=True,
+            )
+    collector = install(env, config, standalone=False)
+    assert collector is not None  # a local or master runner always has one
+    progress = Progress(collector)
+    stop_requested = gevent.event.Event()
+    for signum in (signal.SIGINT, signal.SIGTERM):
+        gevent.signal_handler(signum, stop_requested.set)
+    ended = "completed"
+    if config.workers > 1 or remote_workers:
+        try:
+            _wait_for_workers(runner, config.workers, procs, stop_requested)
+        except RuntimeError:
+            runner.quit()
+            _reap(procs, timeout_seconds=0.0)
+            raise
+    runner.start(config.workers, spawn_rate=config.workers)
+    progress_greenlet = gevent.spawn(progress.loop)
+    spec = collector.spec
+    limit = spec.schedule.duration_seconds + float(spec.params["request_timeout_seconds"]) + 30.0
+    gevent.wait([collector.done, stop_requested], timeout=limit, count=1)
+    if stop_requested.is_set() and not collector.done.is_set():
+        ended = "interrupted"
+        # Stopping the users interrupts each session, which cancels its in-flight requests
+        # (recorded as `cancelled`) and still reports its records and summary.
+        if isinstance(runner, MasterRunner):
+            runner.stop()
+        else:
+            for greenlet in list(runner.user_greenlets):
+                greenlet.kill(block=True, timeout=10)
+        collector.done.wait(timeout=10.0)
+    elif not collector.done.is_set():
+        ended = "crashed"
+    progress_greenlet.kill()
+    load = collector.finalize(ended)
+    progress.final(load)
+    runner.quit()
+    _reap(procs, timeout_seconds=10.0)
+    return load
+
+
+def _reap(procs: list[subprocess.Popen[bytes]], *, timeout_seconds: float) -> None:
+    for proc in procs:
+        try:
+            proc.wait(timeout=timeout_seconds)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait()
+
+
+def _wait_for_workers(
+    runner: Any, count: int, procs: list[subprocess.Popen[bytes]], stop: gevent.event.Event
+) -> None:
+    deadline = time.monotonic() + _WORKER_WAIT_SECONDS
+    while runner.worker_count < count:
+        if stop.is_set():
+            raise RuntimeError("interrupted while waiting for workers")
+        if any(p.poll() is not None for p in procs):
+            raise RuntimeError("a load worker process exited before connecting")
+        if time.monotonic() > deadline:
+            raise RuntimeError(f"only {runner.worker_count} of {count} workers connected")
+        gevent.sleep(0.05)

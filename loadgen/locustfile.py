@@ -1,0 +1,36 @@
+"""Loadgen profiles under the plain `locust` command (headless, web UI, master/worker).
+
+    locust -f loadgen/locustfile.py --headless -u 1 -r 1 --host http://127.0.0.1:8000 \
+        --loadgen-profile burst --loadgen-scale smoke --loadgen-out runs/burst
+
+Use one user per worker process (`-u` = number of workers): each user drives its worker's share
+of the open-loop schedule. Options also come from env vars (LOADGEN_PROFILE, LOADGEN_SCALE,
+LOADGEN_OVERRIDES_JSON, LOADGEN_OUT, LOADGEN_MODEL, LOADGEN_API_KEY). Owns only the hooks;
+everything else is in `loadgen.locust_glue`.
+"""
+
+from __future__ import annotations
+
+import sys
+from typing import Any
+
+from locust import events
+
+from loadgen.errors import LoadgenError
+from loadgen.locust_glue import DriverUser, add_arguments, install
+
+__all__ = ["DriverUser"]
+
+
+@events.init_command_line_parser.add_listener
+def _add_arguments(parser: Any, **_: Any) -> None:
+    add_arguments(parser)
+
+
+@events.init.add_listener
+def _install(environment: Any, **_: Any) -> None:
+    try:
+        install(environment)
+    except (LoadgenError, ValueError) as exc:  # bad profile/overrides: a usage error, no trace
+        print(f"loadgen: error: {exc}", file=sys.stderr)
+        raise SystemExit(2) from None

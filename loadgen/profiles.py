@@ -1,0 +1,368 @@
+"""Built-in traffic profiles and their resolution from overrides.
+
+Owns the profile catalogue (night_trickle, burst, mixed_lengths, priority_mix, steady, ramp),
+each as flat default parameters plus a pure builder, and `resolve(name, overrides, scale)` which
+validates overrides (unknown keys are errors naming the key) and returns a `ProfileSpec`. It does
+not generate arrivals or requests (see `loadgen.plan`) nor know about Locust.
+"""
+
+from __future__ import annotations
+
+import copy
+import hashlib
+import json
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+from loadgen.arrivals import ArrivalProcess
+from loadgen.errors import ConfigError
+from loadgen.lengths import LengthDist
+from loadgen.overrides import apply_override
+from loadgen.shapes import RateSchedule, RateStage
+
+__all__ = ["PROFILES", "SCALES", "ProfileSpec", "TrafficClass", "params_hash", "resolve"]
+
+# Durations are multiplied by these when no explicit duration is given.
+SCALES = {"smoke": 0.05, "quick": 0.25, "full": 1.0}
+
+COMMON_DEFAULTS: dict[str, Any] = {
+    "seed": 0,
+    "arrival": "poisson",
+    "gamma_shape": 1.0,
+    "duration_seconds": None,  # overrides the profile's own total, stages keep their proportions
+    "rate_rps": None,  # overrides the mean offered rate, stages keep their proportions
+    "warmup_seconds": 0.0,
+    "endpoint": "chat",
+    "stream": True,
+    "max_concurrency": 256,
+    "request_timeout_seconds": 60.0,
+    "max_schedule_lag_p99_seconds": 0.05,
+    "max_client_cpu_ratio": 0.9,
+    "dataset": None,
+    "extra_body": {},
+    "mode": "open",
+    "users": 4,
+    "think_time_seconds": 0.0,
+}
+
+
+@dataclass(frozen=True, kw_only=True)
+class TrafficClass:
+    """One kind of request in a profile's mix, chosen per request with probability `weight`."""
+
+    weight: float
+    priority: str
+    length_class: str
+    prompt_tokens: LengthDist
+    output_tokens: LengthDist
+
+
+@dataclass(frozen=True, kw_only=True)
+class ProfileSpec:
+    name: str
+    scale: str
+    params: dict[str, Any]
+    schedule: RateSchedule
+    arrival: ArrivalProcess
+    classes: tuple[TrafficClass, ...]
+
+    @property
+    def mode(self) -> str:
+        return str(self.params["mode"])
+
+    @property
+    def seed(self) -> int:
+        return int(self.params["seed"])
+
+
+def _short_chat() -> dict[str, Any]:
+    return {"kind": "uniform", "low": 16, "high": 64, "min": 1, "max": 4096}
+
+
+def _single(name: str, params: dict[str, Any]) -> list[RateStage]:
+    return [
+        RateStage(
+            name=name, duration_seconds=params["main_seconds"], rate_rps=params["base_rate_rps"]
+        )
+    ]
+
+
+def _classes_one(params: dict[str, Any]) -> list[TrafficClass]:
+    return [
+        TrafficClass(
+            weight=1.0,
+            priority=params["priority"],
+            length_class="short",
+            prompt_tokens=LengthDist.from_value(params["prompt_tokens"]),
+            output_tokens=LengthDist.from_value(params["output_tokens"]),
+        )
+    ]
+
+
+def _build_ramp(p: dict[str, Any]) -> tuple[list[RateStage], list[TrafficClass]]:
+    stage = RateStage(
+        name="main",
+        duration_seconds=p["main_seconds"],
+        rate_rps=p["start_rate_rps"],
+        end_rate_rps=p["end_rate_rps"],
+    )
+    return [stage], _classes_one(p)
+
+
+def _build_burst(p: dict[str, Any]) -> tuple[list[RateStage], list[TrafficClass]]:
+    stages = [
+        RateStage(
+            name="baseline", duration_seconds=p["baseline_seconds"], rate_rps=p["base_rate_rps"]
+        ),
+        RateStage(name="spike", duration_seconds=p["spike_seconds"], rate_rps=p["spike_rate_rps"]),
+        RateStage(
+            name="recovery", duration_seconds=p["recovery_seconds"], rate_rps=p["base_rate_rps"]
+        ),
+    ]
+    return stages, _classes_one(p)
+
+
+def _build_mixed(p: dict[str, Any]) -> tuple[list[RateStage], list[TrafficClass]]:
+    share = p["long_share"]
+    if not 0.0 <= share <= 1.0:
+        raise ConfigError(f"long_share must be within [0, 1], got {share}")
+    classes = [
+        TrafficClass(
+            weight=1.0 - share,
+            priority=p["priority"],
+            length_class="short",
+            prompt_tokens=LengthDist.from_value(p["prompt_tokens"]),
+            output_tokens=LengthDist.from_value(p["output_tokens"]),
+        ),
+        TrafficClass(
+            weight=share,
+            priority=p["priority"],
+            length_class="long",
+            prompt_tokens=LengthDist.from_value(p["long_prompt_tokens"]),
+            output_tokens=LengthDist.from_value(p["long_output_tokens"]),
+        ),
+    ]
+    return _single("main", p), classes
+
+
+def _build_priority(p: dict[str, Any]) -> tuple[list[RateStage], list[TrafficClass]]:
+    share = p["batch_share"]
+    if not 0.0 <= share <= 1.0:
+        raise ConfigError(f"batch_share must be within [0, 1], got {share}")
+    classes = [
+        TrafficClass(
+            weight=1.0 - share,
+            priority="interactive",
+            length_class="short",
+            prompt_tokens=LengthDist.from_value(p["prompt_tokens"]),
+            output_tokens=LengthDist.from_value(p["output_tokens"]),
+        ),
+        TrafficClass(
+            weight=share,
+            priority="batch",
+            length_class="long",
+            prompt_tokens=LengthDist.from_value(p["batch_prompt_tokens"]),
+            output_tokens=LengthDist.from_value(p["batch_output_tokens"]),
+        ),
+    ]
+    return _single("main", p), classes
+
+
+def _build_single(p: dict[str, Any]) -> tuple[list[RateStage], list[TrafficClass]]:
+    return _single("main", p), _classes_one(p)
+
+
+_Builder = Callable[[dict[str, Any]], tuple[list[RateStage], list[TrafficClass]]]
+
+# name -> (profile defaults, builder, description)
+PROFILES: dict[str, tuple[dict[str, Any], _Builder, str]] = {
+    "steady": (
+        {
+            "base_rate_rps": 4.0,
+            "main_seconds": 120.0,
+            "priority": "interactive",
+            "prompt_tokens": {"kind": "uniform", "low": 64, "high": 256, "min": 1, "max": 4096},
+            "output_tokens": {"kind": "uniform", "low": 32, "high": 128, "min": 1, "max": 4096},
+            "warmup_seconds": 5.0,
+        },
+        _build_single,
+        "constant mean rate, Poisson arrivals",
+    ),
+    "ramp": (
+        {
+            "start_rate_rps": 1.0,
+            "end_rate_rps": 16.0,
+            "main_seconds": 120.0,
+            "priority": "interactive",
+            "prompt_tokens": {"kind": "uniform", "low": 64, "high": 256, "min": 1, "max": 4096},
+            "output_tokens": {"kind": "uniform", "low": 32, "high": 128, "min": 1, "max": 4096},
+        },
+        _build_ramp,
+        "rate ramps linearly from start_rate_rps to end_rate_rps",
+    ),
+    "night_trickle": (
+        {
+            "base_rate_rps": 0.15,
+            "main_seconds": 300.0,
+            "priority": "interactive",
+            "prompt_tokens": _short_chat(),
+            "output_tokens": {"kind": "uniform", "low": 8, "high": 32, "min": 1, "max": 4096},
+        },
+        _build_single,
+        "sparse Poisson arrivals (gaps longer than keep-alive timeouts), short chats",
+    ),
+    "burst": (
+        {
+            "base_rate_rps": 2.0,
+            "spike_rate_rps": 20.0,
+            "baseline_seconds": 20.0,
+            "spike_seconds": 10.0,
+            "recovery_seconds": 30.0,
+            "priority": "interactive",
+            "prompt_tokens": _short_chat(),
+            "output_tokens": {"kind": "uniform", "low": 16, "high": 64, "min": 1, "max": 4096},
+        },
+        _build_burst,
+        "baseline -> spike -> recovery stages, tagged on records",
+    ),
+    "mixed_lengths": (
+        {
+            "base_rate_rps": 4.0,
+            "main_seconds": 120.0,
+            "long_share": 0.1,
+            "priority": "interactive",
+            "prompt_tokens": {
+                "kind": "lognormal",
+                "median": 64,
+                "sigma": 0.5,
+                "min": 8,
+                "max": 512,
+            },
+            "output_tokens": {"kind": "uniform", "low": 16, "high": 64, "min": 1, "max": 4096},
+            "long_prompt_tokens": {
+                "kind": "lognormal",
+                "median": 1024,
+                "sigma": 0.3,
+                "min": 256,
+                "max": 4096,
+            },
+            "long_output_tokens": {
+                "kind": "uniform",
+                "low": 256,
+                "high": 512,
+                "min": 1,
+                "max": 4096,
+            },
+        },
+        _build_mixed,
+        "mostly short requests plus a share of long ones (length_class short|long)",
+    ),
+    "priority_mix": (
+        {
+            "base_rate_rps": 4.0,
+            "main_seconds": 120.0,
+            "batch_share": 0.5,
+            "prompt_tokens": _short_chat(),
+            "output_tokens": {"kind": "uniform", "low": 16, "high": 64, "min": 1, "max": 4096},
+            "batch_prompt_tokens": {
+                "kind": "uniform",
+                "low": 256,
+                "high": 1024,
+                "min": 1,
+                "max": 8192,
+            },
+            "batch_output_tokens": {
+                "kind": "uniform",
+                "low": 128,
+                "high": 512,
+                "min": 1,
+                "max": 8192,
+            },
+        },
+        _build_priority,
+        "interactive chats plus heavy batch-class background traffic (priority tags)",
+    ),
+}
+
+_DURATION_KEYS = ("main_seconds", "baseline_seconds", "spike_seconds", "recovery_seconds")
+
+
+def params_hash(params: dict[str, Any]) -> str:
+    canonical = json.dumps(params, sort_keys=True, separators=(",", ":"))
+    return hashlib.sha256(canonical.encode()).hexdigest()
+
+
+def _validate_common(p: dict[str, Any]) -> None:
+    if p["endpoint"] not in ("chat", "completions"):
+        raise ConfigError(f"endpoint must be 'chat' or 'completions', got {p['endpoint']!r}")
+    if p["mode"] not in ("open", "closed"):
+        raise ConfigError(f"mode must be 'open' or 'closed', got {p['mode']!r}")
+    for key in ("max_concurrency", "users"):
+        if int(p[key]) < 1:
+            raise ConfigError(f"{key} must be >= 1, got {p[key]}")
+    for key in ("request_timeout_seconds", "max_schedule_lag_p99_seconds", "max_client_cpu_ratio"):
+        if float(p[key]) <= 0:
+            raise ConfigError(f"{key} must be > 0, got {p[key]}")
+    if float(p["think_time_seconds"]) < 0 or float(p["warmup_seconds"]) < 0:
+        raise ConfigError("think_time_seconds and warmup_seconds must be >= 0")
+    if p["duration_seconds"] is not None and float(p["duration_seconds"]) <= 0:
+        raise ConfigError(f"duration_seconds must be > 0, got {p['duration_seconds']}")
+    if p["rate_rps"] is not None and float(p["rate_rps"]) <= 0:
+        raise ConfigError(f"rate_rps must be > 0, got {p['rate_rps']}")
+
+
+def resolve(name: str, overrides: dict[str, Any] | None = None, scale: str = "full") -> ProfileSpec:
+    """The fully resolved profile `name` with `overrides` (keys may be dotted) at `scale`."""
+    if name not in PROFILES:
+        raise ConfigError(f"unknown profile {name!r}; known: {', '.join(sorted(PROFILES))}")
+    if scale not in SCALES:
+        raise ConfigError(f"unknown scale {scale!r}; known: {', '.join(SCALES)}")
+    defaults, builder, _ = PROFILES[name]
+    params = copy.deepcopy({**COMMON_DEFAULTS, **defaults})
+    if not isinstance(overrides or {}, dict):
+        raise ConfigError(f"profile overrides must be a mapping, got {overrides!r}")
+    for key, value in (overrides or {}).items():
+        apply_override(params, str(key), copy.deepcopy(value))
+    _validate_common(params)
+    if params["duration_seconds"] is None:
+        for key in _DURATION_KEYS:
+            if key in params:
+                params[key] = float(params[key]) * SCALES[scale]
+        params["warmup_seconds"] = float(params["warmup_seconds"]) * SCALES[scale]
+    stages, classes = builder(params)
+    schedule = RateSchedule(tuple(stages))
+    if params["duration_seconds"] is not None:
+        factor = float(params["duration_seconds"]) / schedule.duration_seconds
+        schedule = schedule.scaled(factor)
+        # warm-up keeps its share of the run, so a short explicit duration is not all warm-up
+        params["warmup_seconds"] = float(params["warmup_seconds"]) * min(factor, 1.0)
+    if params["rate_rps"] is not None:
+        schedule = _rescale_rate(schedule, float(params["rate_rps"]))
+    if params["mode"] == "open" and schedule.expected_count <= 0:
+        raise ConfigError(f"profile {name!r} offers no requests (all rates are zero)")
+    return ProfileSpec(
+        name=name,
+        scale=scale,
+        params=params,
+        schedule=schedule,
+        arrival=ArrivalProcess(kind=params["arrival"], gamma_shape=float(params["gamma_shape"])),
+        classes=tuple(classes),
+    )
+
+
+def _rescale_rate(schedule: RateSchedule, mean_rate_rps: float) -> RateSchedule:
+    factor = mean_rate_rps / schedule.mean_rate_rps if schedule.mean_rate_rps > 0 else 0.0
+    if factor <= 0:
+        raise ConfigError("cannot set rate_rps on a schedule whose rates are all zero")
+    return RateSchedule(
+        tuple(
+            RateStage(
+                name=s.name,
+                duration_seconds=s.duration_seconds,
+                rate_rps=s.rate_rps * factor,
+                end_rate_rps=None if s.end_rate_rps is None else s.end_rate_rps * factor,
+            )
+            for s in schedule.stages
+        )
+    )

@@ -1,0 +1,272 @@
+"""Request records: the `requests.jsonl` line format of docs/records.md, its writer and validator.
+
+Owns `RequestRecord`, the line-flushed `RecordWriter` (every finished request is on disk at once,
+so a crash or Ctrl-C loses nothing finished), and `validate_record` / `validate_load_json`, which
+check objects against docs/records.md and are used by the tests. It does not compute derived
+metrics (see `loadgen.metrics`).
+"""
+
+from __future__ import annotations
+
+import itertools
+import math
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import IO, Any
+
+import orjson
+
+__all__ = [
+    "STATUSES",
+    "RecordWriter",
+    "RequestRecord",
+    "validate_load_json",
+    "validate_record",
+]
+
+STATUSES = ("ok", "http_error", "timeout", "connection_error", "protocol_error", "cancelled")
+
+
+@dataclass(kw_only=True)
+class RequestRecord:
+    id: str
+    profile: str
+    stage: str
+    priority: str
+    length_class: str
+    endpoint: str
+    stream: bool
+    max_tokens: int
+    planned_at: float
+    sent_at: float | None = None
+    first_token_at: float | None = None
+    done_at: float | None = None
+    chunk_times: list[float] = field(default_factory=list)
+    chunk_tokens: list[int] = field(default_factory=list)
+    prompt_tokens: int | None = None
+    output_tokens: int | None = None
+    tokens_source: str = "counted"
+    status: str = "ok"
+    http_status: int | None = None
+    finish_reason: str | None = None
+    error: str | None = None
+    worker: int = 0
+
+    def to_dict(self) -> dict[str, Any]:
+        # Written out by hand: dataclasses.asdict deep-copies and costs more than the request.
+        return {
+            "id": self.id,
+            "profile": self.profile,
+            "stage": self.stage,
+            "priority": self.priority,
+            "length_class": self.length_class,
+            "endpoint": self.endpoint,
+            "stream": self.stream,
+            "max_tokens": self.max_tokens,
+            "planned_at": self.planned_at,
+            "sent_at": self.sent_at,
+            "first_token_at": self.first_token_at,
+            "done_at": self.done_at,
+            "chunk_times": [round(t, 6) for t in self.chunk_times],
+            "chunk_tokens": list(self.chunk_tokens),
+            "prompt_tokens": self.prompt_tokens,
+            "output_tokens": self.output_tokens,
+            "tokens_source": self.tokens_source,
+            "status": self.status,
+            "http_status": self.http_status,
+            "finish_reason": self.finish_reason,
+            "error": self.error,
+            "worker": self.worker,
+        }
+
+
+class RecordWriter:
+    """Appends one JSON line per record and flushes it; ids already written are skipped."""
+
+    def __init__(self, path: str | Path) -> None:
+        self.path = Path(path)
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        self._file: IO[str] | None = self.path.open("a", encoding="utf-8")
+        self._ids: set[str] = set()
+        self.count = 0
+
+    def write(self, record: RequestRecord | dict[str, Any]) -> bool:
+        obj = record.to_dict() if isinstance(record, RequestRecord) else record
+        if obj["id"] in self._ids or self._file is None:
+            return False
+        self._ids.add(obj["id"])
+        self._file.write(orjson.dumps(obj).decode() + "\n")
+        self._file.flush()
+        self.count += 1
+        return True
+
+    def close(self) -> None:
+        if self._file is not None:
+            self._file.close()
+            self._file = None
+
+    def __enter__(self) -> RecordWriter:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+
+def _is_num(v: Any) -> bool:
+    return isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v)
+
+
+def _is_int(v: Any) -> bool:
+    return isinstance(v, int) and not isinstance(v, bool)
+
+
+_RECORD_TYPES: dict[str, tuple[str, bool]] = {
+    # field: (type, nullable)
+    "id": ("str", False),
+    "profile": ("str", False),
+    "stage": ("str", False),
+    "priority": ("str", False),
+    "length_class": ("str", False),
+    "endpoint": ("str", False),
+    "stream": ("bool", False),
+    "max_tokens": ("int", False),
+    "planned_at": ("num", False),
+    "sent_at": ("num", True),
+    "first_token_at": ("num", True),
+    "done_at": ("num", True),
+    "chunk_times": ("list_num", False),
+    "chunk_tokens": ("list_int", False),
+    "prompt_tokens": ("int", True),
+    "output_tokens": ("int", True),
+    "tokens_source": ("str", False),
+    "status": ("str", False),
+    "http_status": ("int", True),
+    "finish_reason": ("str", True),
+    "error": ("str", True),
+    "worker": ("int", False),
+}
+
+_CHECKS = {
+    "str": lambda v: isinstance(v, str),
+    "bool": lambda v: isinstance(v, bool),
+    "int": _is_int,
+    "num": _is_num,
+    "list_num": lambda v: isinstance(v, list) and all(_is_num(x) for x in v),
+    "list_int": lambda v: isinstance(v, list) and all(_is_int(x) and x >= 0 for x in v),
+}
+
+
+def validate_record(obj: Any) -> list[str]:
+    """Problems of one `requests.jsonl` object against docs/records.md; empty when valid."""
+    if not isinstance(obj, dict):
+        return ["record is not a JSON object"]
+    problems = [f"missing field {k!r}" for k in _RECORD_TYPES if k not in obj]
+    problems += [f"unknown field {k!r}" for k in obj if k not in _RECORD_TYPES]
+    for key, (kind, nullable) in _RECORD_TYPES.items():
+        if key not in obj or (nullable and obj[key] is None):
+            continue
+        if not _CHECKS[kind](obj[key]):
+            problems.append(f"field {key!r} has wrong type: {obj[key]!r}")
+    if problems:
+        return problems
+    if obj["status"] not in STATUSES:
+        problems.append(f"status {obj['status']!r} not one of {STATUSES}")
+    if obj["priority"] not in ("interactive", "batch"):
+        problems.append(f"priority {obj['priority']!r} not interactive|batch")
+    if obj["length_class"] not in ("short", "long"):
+        problems.append(f"length_class {obj['length_class']!r} not short|long")
+    if obj["endpoint"] not in ("chat", "completions"):
+        problems.append(f"endpoint {obj['endpoint']!r} not chat|completions")
+    if obj["tokens_source"] not in ("usage", "counted"):
+        problems.append(f"tokens_source {obj['tokens_source']!r} not usage|counted")
+    if len(obj["chunk_times"]) != len(obj["chunk_tokens"]):
+        problems.append("chunk_times and chunk_tokens differ in length")
+    if obj["status"] == "ok":
+        # an ok answer may carry no content at all; with content it has a first token
+        needed = (
+            ("sent_at", "done_at", "first_token_at")
+            if obj["chunk_times"]
+            else ("sent_at", "done_at")
+        )
+        for key in needed:
+            if obj[key] is None:
+                problems.append(f"ok record without {key}")
+        if obj["error"] is not None:
+            problems.append("ok record with an error")
+    elif not obj["error"]:
+        problems.append(f"{obj['status']} record without an error reason")
+    clocks = [obj[k] for k in ("sent_at", "first_token_at", "done_at") if obj[k] is not None]
+    if obj["sent_at"] is not None and any(c < obj["sent_at"] for c in clocks):
+        problems.append("a clock is earlier than sent_at")
+    if obj["sent_at"] is None and (obj["first_token_at"] is not None):
+        problems.append("first_token_at without sent_at")
+    times = obj["chunk_times"]
+    if any(b < a for a, b in itertools.pairwise(times)):
+        problems.append("chunk_times are not increasing")
+    if times and obj["first_token_at"] is not None and abs(times[0] - obj["first_token_at"]) > 1e-5:
+        problems.append("first_token_at differs from the first chunk time")
+    return problems
+
+
+_LOAD_KEYS = {
+    "schema_version",
+    "profile",
+    "params",
+    "params_hash",
+    "mode",
+    "workers",
+    "clock",
+    "window",
+    "stages",
+    "target_rate_rps",
+    "achieved_rate_rps",
+    "planned_requests",
+    "sent_requests",
+    "counts_by_status",
+    "schedule_lag_seconds",
+    "client_cpu_ratio",
+    "concurrency_cap",
+    "cap_reached_count",
+    "limits",
+    "measurement_valid",
+    "invalid_reasons",
+    "ended",
+}
+
+
+def validate_load_json(obj: Any) -> list[str]:
+    """Problems of a `load.json` object against docs/records.md; empty when valid."""
+    if not isinstance(obj, dict):
+        return ["load.json is not a JSON object"]
+    problems = [f"missing key {k!r}" for k in sorted(_LOAD_KEYS - set(obj))]
+    problems += [f"unknown key {k!r}" for k in sorted(set(obj) - _LOAD_KEYS)]
+    if problems:
+        return problems
+    if obj["schema_version"] != 1:
+        problems.append("schema_version must be 1")
+    if obj["mode"] not in ("open", "closed"):
+        problems.append(f"mode {obj['mode']!r} not open|closed")
+    if obj["ended"] not in ("completed", "interrupted", "crashed"):
+        problems.append(f"ended {obj['ended']!r} not completed|interrupted|crashed")
+    if set(obj["clock"]) != {"monotonic_at_start", "wall_at_start"}:
+        problems.append("clock needs exactly monotonic_at_start and wall_at_start")
+    if set(obj["window"]) != {"start", "end", "warmup_seconds"}:
+        problems.append("window needs exactly start, end, warmup_seconds")
+    for stage in obj["stages"]:
+        if not isinstance(stage, dict) or set(stage) != {"name", "start", "end"}:
+            problems.append(f"stage {stage!r} needs exactly name, start, end")
+    for key in ("p50", "p90", "p99", "max"):
+        if key not in obj["schedule_lag_seconds"]:
+            problems.append(f"schedule_lag_seconds lacks {key}")
+    if set(obj["client_cpu_ratio"]) != {"mean", "max"}:
+        problems.append("client_cpu_ratio needs exactly mean and max")
+    for status in obj["counts_by_status"]:
+        if status not in STATUSES:
+            problems.append(f"counts_by_status has unknown status {status!r}")
+    if not isinstance(obj["measurement_valid"], bool):
+        problems.append("measurement_valid must be a bool")
+    if obj["measurement_valid"] and obj["invalid_reasons"]:
+        problems.append("a valid measurement must not list invalid_reasons")
+    if not obj["measurement_valid"] and not obj["invalid_reasons"]:
+        problems.append("an invalid measurement must give its reasons")
+    return problems

@@ -1,0 +1,190 @@
+"""One worker's load session: sends its share of the plan on time, under gevent.
+
+Owns the open-loop scheduler (each planned request starts in its own greenlet at its planned
+time, whether or not earlier ones finished, up to the concurrency cap, beyond which it waits and
+the wait shows as schedule lag), the closed-loop alternative (N users with think time), draining
+and cancellation, and the worker's summary (lags, CPU, counts). It runs only inside a gevent-
+patched process (Locust's); records go to a `sink` callable. It does not know where records end
+up, nor about Locust's runners.
+"""
+
+from __future__ import annotations
+
+import itertools
+import time
+from collections.abc import Callable
+from typing import Any
+
+import gevent
+import gevent.lock
+import gevent.pool
+
+from loadgen.client import ClientConfig, OpenAIClient, RequestCancelled
+from loadgen.config import RunConfig
+from loadgen.cpu import CpuMeter
+from loadgen.httpconn import parse_target
+from loadgen.plan import PlannedRequest, RequestFactory, build_plan
+from loadgen.profiles import ProfileSpec
+from loadgen.records import RequestRecord
+
+__all__ = ["LoadSession"]
+
+_CPU_SAMPLE_SECONDS = 1.0
+
+
+class LoadSession:
+    def __init__(
+        self,
+        *,
+        config: RunConfig,
+        spec: ProfileSpec,
+        worker_index: int,
+        worker_count: int,
+        sink: Callable[[RequestRecord], None],
+    ) -> None:
+        self.config = config
+        self.spec = spec
+        self.worker_index = worker_index
+        self.worker_count = worker_count
+        self.sink = sink
+        p = spec.params
+        self.client = OpenAIClient(
+            parse_target(config.target_url),
+            ClientConfig(
+                model=config.model,
+                endpoint=p["endpoint"],
+                stream=bool(p["stream"]),
+                api_key=config.api_key,
+                request_timeout_seconds=float(p["request_timeout_seconds"]),
+                extra_body=dict(p["extra_body"]),
+            ),
+        )
+        self.cap = gevent.lock.BoundedSemaphore(int(p["max_concurrency"]))
+        self.group = gevent.pool.Group()
+        self.lags: list[float] = []
+        self.planned = 0
+        self.sent = 0
+        self.cap_reached = 0
+        self.stopping = False
+        self.cpu = CpuMeter()
+        # Planned before the start time arrives: planning must not eat into the schedule.
+        self.plan: list[PlannedRequest] = []
+        if spec.mode == "open":
+            self.plan = build_plan(spec, worker_index=worker_index, worker_count=worker_count)
+
+    # -- open loop -------------------------------------------------------------------------
+    def run(self, t0: float) -> dict[str, Any]:
+        """Run to the end of the schedule plus drain; returns the worker summary."""
+        self.cpu = CpuMeter()  # from here: planning (in __init__) is not the run's CPU
+        sampler = gevent.spawn(self._sample_cpu)
+        interrupted = False
+        try:
+            if self.spec.mode == "closed":
+                self._run_closed(t0)
+            else:
+                self._run_open(t0)
+            self._drain(timeout_seconds=float(self.spec.params["request_timeout_seconds"]) + 1.0)
+        except gevent.GreenletExit:  # the runner stops this user (Ctrl-C, SIGTERM, UI stop)
+            interrupted = True
+            self.stop()
+        finally:
+            sampler.kill()
+            self.cpu.sample()
+            self.client.close()
+        return self.summary(interrupted=interrupted)
+
+    def _run_open(self, t0: float) -> None:
+        self.planned = len(self.plan)
+        for req in self.plan:
+            planned_at = t0 + req.offset_seconds
+            delay = planned_at - time.monotonic()
+            if delay > 0:
+                gevent.sleep(delay)
+            if self.stopping:
+                return
+            if self.cap.locked():
+                self.cap_reached += 1
+            self.group.spawn(self._one, req, planned_at)
+
+    def _one(self, req: PlannedRequest, planned_at: float) -> None:
+        rec = RequestRecord(
+            id=f"{self.worker_index}-{req.index}",
+            profile=self.spec.name,
+            stage=req.stage,
+            priority=req.priority,
+            length_class=req.length_class,
+            endpoint=self.spec.params["endpoint"],
+            stream=bool(self.spec.params["stream"]),
+            max_tokens=req.max_tokens,
+            planned_at=planned_at,
+            prompt_tokens=req.prompt_tokens,
+            worker=self.worker_index,
+        )
+        try:
+            with self.cap:
+                self.client.send(req, rec)
+        except RequestCancelled:  # killed while waiting for a concurrency slot
+            rec.status, rec.error = "cancelled", "cancelled before sending (waiting for a slot)"
+        if rec.sent_at is not None:
+            self.sent += 1
+            self.lags.append(rec.sent_at - rec.planned_at)
+        self.sink(rec)
+
+    # -- closed loop -----------------------------------------------------------------------
+    def _run_closed(self, t0: float) -> None:
+        users = [
+            u
+            for u in range(int(self.spec.params["users"]))
+            if u % self.worker_count == self.worker_index
+        ]
+        factory = RequestFactory(self.spec, stream=1 + self.worker_index)
+        counter = itertools.count()
+        end = t0 + self.spec.schedule.duration_seconds
+        think = float(self.spec.params["think_time_seconds"])
+        delay = t0 - time.monotonic()
+        if delay > 0:
+            gevent.sleep(delay)
+
+        def user() -> None:
+            while not self.stopping:
+                now = time.monotonic()
+                tick = self.spec.schedule.tick(now - t0)
+                if tick is None or now >= end:
+                    return
+                n = next(counter)
+                self.planned += 1
+                # A closed-loop user plans a request when the previous one is done: this is
+                # exactly the coordinated omission an open loop avoids.
+                self._one(factory.make(n, now - t0, tick.stage), now)
+                if think > 0:
+                    gevent.sleep(think)
+
+        for _ in users:
+            self.group.spawn(user)
+
+    # -- ending ----------------------------------------------------------------------------
+    def _drain(self, *, timeout_seconds: float) -> None:
+        self.group.join(timeout=timeout_seconds)
+        if len(self.group):
+            self.stop()
+
+    def stop(self) -> None:
+        """Stop scheduling and cancel everything in flight (recorded as `cancelled`)."""
+        self.stopping = True
+        self.group.kill(exception=RequestCancelled, block=True, timeout=5.0)
+
+    def _sample_cpu(self) -> None:
+        while True:
+            gevent.sleep(_CPU_SAMPLE_SECONDS)
+            self.cpu.sample()
+
+    def summary(self, *, interrupted: bool) -> dict[str, Any]:
+        return {
+            "worker": self.worker_index,
+            "planned": self.planned,
+            "sent": self.sent,
+            "lags": self.lags,
+            "cpu": self.cpu.summary(),
+            "cap_reached": self.cap_reached,
+            "interrupted": interrupted,
+        }
