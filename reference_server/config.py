@@ -1,0 +1,213 @@
+"""The engine's configuration: EngineConfig (fixed at start) and BatchingConfig (live-changeable),
+with per-priority-class limits (ClassConfig).
+
+It validates values and names the offending field (ConfigError.field is the dotted path); it does
+not know how the scheduler applies them.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+from dataclasses import dataclass, field
+from typing import Any
+
+from reference_server.errors import ConfigError
+
+__all__ = ["POLICIES", "BatchingConfig", "ClassConfig", "EngineConfig"]
+
+POLICIES: tuple[str, ...] = ("continuous", "dynamic", "static")
+DEVICES: tuple[str, ...] = ("auto", "cpu", "cuda")
+DTYPES: tuple[str, ...] = ("float32", "bfloat16", "float16")
+
+
+def _int(name: str, value: Any, *, minimum: int) -> None:
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise ConfigError(name, f"must be an integer, got {value!r}")
+    if value < minimum:
+        raise ConfigError(name, f"must be >= {minimum}, got {value}")
+
+
+def _number(name: str, value: Any, *, minimum: float, maximum: float = math.inf) -> None:
+    if isinstance(value, bool) or not isinstance(value, int | float) or not math.isfinite(value):
+        raise ConfigError(name, f"must be a finite number, got {value!r}")
+    if not minimum <= value <= maximum:
+        raise ConfigError(name, f"must be in [{minimum}, {maximum}], got {value}")
+
+
+def _choice(name: str, value: Any, choices: tuple[str, ...]) -> None:
+    if value not in choices:
+        raise ConfigError(name, f"must be one of {', '.join(choices)}, got {value!r}")
+
+
+def _optional_str(name: str, value: Any) -> None:
+    if value is not None and (not isinstance(value, str) or not value):
+        raise ConfigError(name, f"must be a non-empty string or null, got {value!r}")
+
+
+def _check_keys(cls: type, data: Any) -> None:
+    if not isinstance(data, dict):
+        raise ConfigError("<root>", f"must be a mapping, got {type(data).__name__}")
+    known = {f.name for f in dataclasses.fields(cls)}
+    for key in data:
+        if key not in known:
+            raise ConfigError(str(key), f"unknown key (known: {', '.join(sorted(known))})")
+
+
+@dataclass(frozen=True, kw_only=True)
+class ClassConfig:
+    """Limits of one priority class's queue."""
+
+    max_waiting: int = 256  # queued requests beyond this are refused ("queue_full")
+    max_batch_size: int = 16  # dynamic / static: members of one batch (capped by max_num_seqs)
+    max_wait_ms: float = 20.0  # dynamic: the oldest request waits at most this long
+    dispatch_threshold: int | None = None  # dynamic adaptive: dispatch at once at this length
+
+    def __post_init__(self) -> None:
+        _int("max_waiting", self.max_waiting, minimum=0)
+        _int("max_batch_size", self.max_batch_size, minimum=1)
+        _number("max_wait_ms", self.max_wait_ms, minimum=0.0, maximum=600_000.0)
+        if self.dispatch_threshold is not None:
+            _int("dispatch_threshold", self.dispatch_threshold, minimum=1)
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> ClassConfig:
+        _check_keys(cls, data)
+        return cls(**data)
+
+    def to_dict(self) -> dict[str, Any]:
+        return dataclasses.asdict(self)
+
+
+def _batch_class_default() -> ClassConfig:
+    return ClassConfig(max_waiting=1024, max_batch_size=32, max_wait_ms=50.0)
+
+
+_CLASS_DEFAULTS = {"interactive": ClassConfig, "batch": _batch_class_default}
+
+
+@dataclass(frozen=True, kw_only=True)
+class BatchingConfig:
+    """The live-changeable scheduling settings (PUT /admin/batching)."""
+
+    policy: str = "continuous"
+    max_num_seqs: int = 64
+    max_num_batched_tokens: int = 2048
+    max_prefill_chunk_tokens: int = 512
+    # Anti-starvation: once the batch class has had waiting requests for this many consecutive
+    # steps without one being admitted, its head is admitted (or its batch dispatched) before
+    # interactive requests, and admission holds until it fits.
+    max_starvation_steps: int = 64
+    # True puts both classes into one FIFO (interactive's window and batch size apply): a
+    # deliberately bad setting used to show head-of-line blocking of interactive traffic.
+    shared_queue: bool = False
+    interactive: ClassConfig = field(default_factory=ClassConfig)
+    batch: ClassConfig = field(default_factory=_batch_class_default)
+
+    def __post_init__(self) -> None:
+        _choice("policy", self.policy, POLICIES)
+        _int("max_num_seqs", self.max_num_seqs, minimum=1)
+        _int("max_num_batched_tokens", self.max_num_batched_tokens, minimum=1)
+        _int("max_prefill_chunk_tokens", self.max_prefill_chunk_tokens, minimum=1)
+        _int("max_starvation_steps", self.max_starvation_steps, minimum=1)
+        if not isinstance(self.shared_queue, bool):
+            raise ConfigError("shared_queue", f"must be a boolean, got {self.shared_queue!r}")
+        for name in ("interactive", "batch"):
+            if not isinstance(getattr(self, name), ClassConfig):
+                raise ConfigError(name, "must be a ClassConfig")
+        if self.max_num_batched_tokens < self.max_num_seqs:
+            # Every running sequence must be able to decode in the same step.
+            raise ConfigError(
+                "max_num_batched_tokens",
+                f"must be >= max_num_seqs ({self.max_num_seqs}), got {self.max_num_batched_tokens}",
+            )
+
+    def class_config(self, priority: str) -> ClassConfig:
+        return self.interactive if priority == "interactive" else self.batch
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> BatchingConfig:
+        _check_keys(cls, data)
+        values = dict(data)
+        for name in ("interactive", "batch"):
+            if name in values and not isinstance(values[name], ClassConfig):
+                try:
+                    # A partial class dict keeps that class's own defaults for the rest.
+                    _check_keys(ClassConfig, values[name])
+                    default = _CLASS_DEFAULTS[name]().to_dict()
+                    values[name] = ClassConfig.from_dict({**default, **values[name]})
+                except ConfigError as exc:
+                    raise exc.with_prefix(name) from None
+        return cls(**values)
+
+    def to_dict(self) -> dict[str, Any]:
+        return dataclasses.asdict(self)
+
+    def merged(self, changes: dict[str, Any]) -> BatchingConfig:
+        """A new config with `changes` (a partial, possibly nested dict) applied; validated."""
+        _check_keys(type(self), changes)
+        data = self.to_dict()
+        for key, value in changes.items():
+            if key in ("interactive", "batch") and isinstance(value, dict):
+                try:
+                    _check_keys(ClassConfig, value)
+                except ConfigError as exc:
+                    raise exc.with_prefix(key) from None
+                data[key] = {**data[key], **value}
+            else:
+                data[key] = value
+        return BatchingConfig.from_dict(data)
+
+
+@dataclass(frozen=True, kw_only=True)
+class EngineConfig:
+    """Everything the engine needs at start; `batching` may change later."""
+
+    model: str = "tiny"
+    model_path: str | None = None
+    device: str = "auto"
+    dtype: str | None = None  # None => bfloat16 on CUDA, float32 on CPU
+    seed: int = 0
+    block_size: int = 16
+    kv_cache_memory_bytes: int | None = None  # None => the runner's default budget
+    gpu_memory_utilization: float = 0.5
+    watermark_ratio: float = 0.01
+    max_model_len: int = 2048
+    max_tokens_cap: int = 4096
+    step_log_size: int = 4096
+    step_log_path: str | None = None
+    batching: BatchingConfig = field(default_factory=BatchingConfig)
+
+    def __post_init__(self) -> None:
+        if not isinstance(self.model, str) or not self.model:
+            raise ConfigError("model", f"must be a non-empty string, got {self.model!r}")
+        _optional_str("model_path", self.model_path)
+        _choice("device", self.device, DEVICES)
+        if self.dtype is not None:
+            _choice("dtype", self.dtype, DTYPES)
+        _int("seed", self.seed, minimum=0)
+        _int("block_size", self.block_size, minimum=1)
+        if self.kv_cache_memory_bytes is not None:
+            _int("kv_cache_memory_bytes", self.kv_cache_memory_bytes, minimum=1)
+        _number("gpu_memory_utilization", self.gpu_memory_utilization, minimum=0.01, maximum=1.0)
+        _number("watermark_ratio", self.watermark_ratio, minimum=0.0, maximum=0.5)
+        _int("max_model_len", self.max_model_len, minimum=2)
+        _int("max_tokens_cap", self.max_tokens_cap, minimum=1)
+        _int("step_log_size", self.step_log_size, minimum=1)
+        _optional_str("step_log_path", self.step_log_path)
+        if not isinstance(self.batching, BatchingConfig):
+            raise ConfigError("batching", "must be a BatchingConfig")
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> EngineConfig:
+        _check_keys(cls, data)
+        values = dict(data)
+        if "batching" in values and not isinstance(values["batching"], BatchingConfig):
+            try:
+                values["batching"] = BatchingConfig.from_dict(values["batching"])
+            except ConfigError as exc:
+                raise exc.with_prefix("batching") from None
+        return cls(**values)
+
+    def to_dict(self) -> dict[str, Any]:
+        return dataclasses.asdict(self)

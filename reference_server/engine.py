@@ -1,0 +1,400 @@
+"""The synchronous engine: requests in, one step at a time, RequestOutputs and StepRecords out.
+
+It owns request validation, seeds, stop conditions, statistics and the step log; it delegates
+who runs to the Scheduler, block counting to the BlockManager and tensors to the model runner
+(constructed lazily, so importing this module never imports torch). Not thread-safe: the
+AsyncEngine drives it from one thread.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import random
+import time
+from collections.abc import Sequence as SequenceOf
+from typing import Any, Protocol
+
+from reference_server.block_manager import BlockManager
+from reference_server.config import EngineConfig
+from reference_server.errors import AdmissionError, ConfigError, RequestValidationError
+from reference_server.outputs import EngineStats, RequestOutput, StepResult
+from reference_server.sampling_params import SamplingParams
+from reference_server.scheduler import Scheduler
+from reference_server.sequence import PRIORITY_CLASSES, ScheduledChunk, Sequence
+from reference_server.step_record import StepLog, StepRecord
+from reference_server.text_stream import TextStream
+from reference_server.tokenizer import ByteTokenizer
+
+__all__ = ["Engine", "ModelRunnerLike"]
+
+_SEED_LIMIT = 2**63
+
+
+class ModelRunnerLike(Protocol):
+    num_kv_blocks: int
+    block_size: int
+    vocab_size: int
+    eos_token_id: int
+    device: str
+    model_name: str
+
+    def execute(self, chunks: SequenceOf[ScheduledChunk]) -> list[int | None]: ...
+
+    def embed(self, token_id_lists: list[list[int]]) -> list[list[float]]: ...
+
+
+class Engine:
+    def __init__(self, config: EngineConfig, *, runner: ModelRunnerLike | None = None) -> None:
+        if not isinstance(config, EngineConfig):
+            raise ConfigError("config", f"must be an EngineConfig, got {type(config).__name__}")
+        if runner is None:
+            from reference_server.model_runner import ModelRunner  # torch only when needed
+
+            runner = ModelRunner(
+                model=config.model,
+                model_path=config.model_path,
+                device=config.device,
+                dtype=config.dtype,
+                seed=config.seed,
+                block_size=config.block_size,
+                kv_cache_memory_bytes=config.kv_cache_memory_bytes,
+                gpu_memory_utilization=config.gpu_memory_utilization,
+                max_model_len=config.max_model_len,
+                max_num_batched_tokens=config.batching.max_num_batched_tokens,
+            )
+        self._config = config
+        self.runner = runner
+        self.tokenizer = ByteTokenizer()
+        self.block_manager = BlockManager(
+            num_blocks=runner.num_kv_blocks,
+            block_size=runner.block_size,
+            watermark_ratio=config.watermark_ratio,
+        )
+        self.scheduler = Scheduler(config.batching, self.block_manager)
+        self.step_log = StepLog(max_records=config.step_log_size, path=config.step_log_path)
+        self._rng = random.Random(config.seed)
+        self._eos_token_id = runner.eos_token_id
+        self._max_model_len = config.max_model_len
+        self._seqs: dict[str, Sequence] = {}
+        self._streams: dict[str, TextStream] = {}
+        self._pending_outputs: list[RequestOutput] = []
+        self._num_with_deadline = 0
+        self._num_added = 0
+        self._step_seq = 0
+        self._step_seconds_ema = 0.01
+        self._stats = EngineStats(num_rejected_total_by_reason={})
+
+    # -- configuration ---------------------------------------------------------------------
+
+    @property
+    def config(self) -> EngineConfig:
+        return self._config
+
+    def get_batching(self) -> dict[str, Any]:
+        return self._config.batching.to_dict()
+
+    def update_batching(self, changes: dict[str, Any]) -> dict[str, Any]:
+        """Validate `changes` (partial, nested dict) and apply all of them or none; returns the
+        previous settings. ConfigError.field names the offending key, e.g.
+        "interactive.max_wait_ms"."""
+        if not isinstance(changes, dict):
+            raise ConfigError("batching", f"must be a mapping, got {type(changes).__name__}")
+        previous = self._config.batching
+        updated = previous.merged(changes)
+        self.scheduler.set_config(updated)
+        self._config = dataclasses.replace(self._config, batching=updated)
+        return previous.to_dict()
+
+    # -- requests --------------------------------------------------------------------------
+
+    def validate_request(
+        self, request_id: str, prompt_token_ids: list[int], params: SamplingParams, priority: str
+    ) -> None:
+        """Raise RequestValidationError for anything the request itself gets wrong."""
+        if not isinstance(request_id, str) or not request_id:
+            raise RequestValidationError("request_id", "must be a non-empty string")
+        if request_id in self._seqs:
+            raise RequestValidationError("request_id", f"{request_id!r} is already in flight")
+        if priority not in PRIORITY_CLASSES:
+            raise RequestValidationError(
+                "priority", f"must be one of {', '.join(PRIORITY_CLASSES)}, got {priority!r}"
+            )
+        if not isinstance(params, SamplingParams):
+            raise RequestValidationError("params", "must be SamplingParams")
+        params.validate()
+        if not isinstance(prompt_token_ids, list) or not prompt_token_ids:
+            raise RequestValidationError("prompt", "must be a non-empty list of token ids")
+        vocab_size = self.runner.vocab_size
+        for token_id in prompt_token_ids:
+            if isinstance(token_id, bool) or not isinstance(token_id, int):
+                raise RequestValidationError("prompt", f"token ids must be integers: {token_id!r}")
+            if not 0 <= token_id < vocab_size:
+                raise RequestValidationError(
+                    "prompt", f"token id {token_id} outside the vocabulary [0, {vocab_size})"
+                )
+        cfg = self._config
+        if params.max_tokens > cfg.max_tokens_cap:
+            raise RequestValidationError(
+                "max_tokens", f"{params.max_tokens} exceeds the server cap {cfg.max_tokens_cap}"
+            )
+        num_prompt = len(prompt_token_ids)
+        if num_prompt >= cfg.max_model_len:
+            raise RequestValidationError(
+                "prompt",
+                f"{num_prompt} tokens leave no room under max_model_len {cfg.max_model_len}",
+            )
+        if num_prompt + params.max_tokens > cfg.max_model_len:
+            raise RequestValidationError(
+                "max_tokens",
+                f"prompt ({num_prompt}) + max_tokens ({params.max_tokens}) exceeds "
+                f"max_model_len {cfg.max_model_len}",
+            )
+        bm = self.block_manager
+        usable_blocks = bm.num_blocks - bm.watermark_blocks
+        if bm.blocks_for_tokens(num_prompt + params.max_tokens) > usable_blocks:
+            raise RequestValidationError(
+                "max_tokens", "prompt + max_tokens exceeds the whole KV cache of this server"
+            )
+
+    def add_request(
+        self,
+        request_id: str,
+        prompt_token_ids: list[int],
+        params: SamplingParams,
+        *,
+        priority: str = "interactive",
+        arrival_time: float | None = None,
+    ) -> None:
+        self.validate_request(request_id, prompt_token_ids, params, priority)
+        limit = self._config.batching.class_config(priority).max_waiting
+        waiting = self.scheduler.num_waiting_by_class[priority]
+        if waiting >= limit:
+            rejected = self._stats.num_rejected_total_by_reason
+            rejected["queue_full"] = rejected.get("queue_full", 0) + 1
+            # A rough wait: one step per queued request ahead, bounded to something actionable.
+            retry = min(30.0, max(0.1, self._step_seconds_ema * max(1, waiting)))
+            raise AdmissionError("queue_full", retry_after_seconds=round(retry, 3))
+        if params.seed is None:
+            # Drawn now so a recompute after preemption samples the same tokens.
+            params = dataclasses.replace(params, seed=self._rng.randrange(_SEED_LIMIT))
+        self._num_added += 1
+        seq = Sequence(
+            request_id,
+            list(prompt_token_ids),
+            params,
+            priority=priority,
+            arrival_time=time.monotonic() if arrival_time is None else arrival_time,
+            order=self._num_added,
+        )
+        self._seqs[request_id] = seq
+        self._streams[request_id] = TextStream(self.tokenizer, params.stop)
+        if seq.deadline_time is not None:
+            self._num_with_deadline += 1
+        self.scheduler.add(seq)
+
+    def abort(self, request_id: str) -> bool:
+        """Finish `request_id` with reason "abort" and free its blocks now; False if unknown."""
+        seq = self._seqs.get(request_id)
+        if seq is None:
+            return False
+        self._stats.num_aborted_total += 1
+        self.scheduler.remove(seq)
+        self._pending_outputs.append(self._finish(seq, "abort", []))
+        return True
+
+    def abort_all(self) -> int:
+        request_ids = list(self._seqs)
+        for request_id in request_ids:
+            self.abort(request_id)
+        return len(request_ids)
+
+    def has_unfinished(self) -> bool:
+        return bool(self._seqs) or bool(self._pending_outputs)
+
+    def num_unfinished(self) -> int:
+        return len(self._seqs)
+
+    def next_wakeup_seconds(self) -> float | None:
+        """0 when step() has work now; else seconds until it may (a dynamic window or a deadline
+        expires); None when there is nothing to do until a request arrives."""
+        if self._pending_outputs:
+            return 0.0
+        now = time.monotonic()
+        wakeup = self.scheduler.next_wakeup_seconds(now)
+        if self._num_with_deadline and wakeup != 0.0:
+            soonest = min(
+                s.deadline_time for s in self._seqs.values() if s.deadline_time is not None
+            )
+            until = max(0.0, soonest - now)
+            wakeup = until if wakeup is None else min(wakeup, until)
+        return wakeup
+
+    def embed(self, token_id_lists: list[list[int]]) -> list[list[float]]:
+        if not isinstance(token_id_lists, list) or not token_id_lists:
+            raise RequestValidationError("input", "must be a non-empty list of token id lists")
+        vocab_size = self.runner.vocab_size
+        for ids in token_id_lists:
+            if not isinstance(ids, list) or not ids:
+                raise RequestValidationError("input", "each input must be a non-empty token list")
+            if len(ids) > self._config.max_model_len:
+                raise RequestValidationError("input", "an input exceeds max_model_len")
+            if any(
+                isinstance(t, bool) or not isinstance(t, int) or not 0 <= t < vocab_size
+                for t in ids
+            ):
+                raise RequestValidationError("input", "token ids must be vocabulary integers")
+        return self.runner.embed(token_id_lists)
+
+    # -- the step --------------------------------------------------------------------------
+
+    def step(self) -> StepResult:
+        start = time.monotonic()
+        wall = time.time()
+        outputs = self._pending_outputs
+        self._pending_outputs = []
+        if self._num_with_deadline:
+            self._expire_deadlines(start, outputs)
+        scheduled = self.scheduler.schedule(start)
+        if scheduled.is_empty:
+            return StepResult(outputs, None)
+        stats = self._stats
+        for seq in scheduled.admitted:
+            if seq.num_preemptions == 0:
+                stats.num_prompt_tokens_total += seq.num_prompt_tokens
+        forward_start = time.monotonic()
+        tokens = self.runner.execute(scheduled.chunks)
+        forward_end = time.monotonic()
+        if len(tokens) != len(scheduled.chunks):
+            raise RuntimeError(
+                f"runner returned {len(tokens)} tokens for {len(scheduled.chunks)} chunks"
+            )
+        any_finished = False
+        for chunk, token in zip(scheduled.chunks, tokens, strict=True):
+            seq = chunk.seq
+            seq.num_computed_tokens += chunk.num_new_tokens
+            if not chunk.sample:
+                continue
+            if token is None:
+                raise RuntimeError(f"runner sampled no token for {seq.request_id}")
+            output = self._append_token(seq, token, forward_end)
+            outputs.append(output)
+            any_finished = any_finished or output.finished
+        if any_finished:
+            self.scheduler.remove_finished_running()
+        stats.num_steps_total += 1
+        stats.num_preemptions_total += scheduled.num_preemptions
+        stats.num_recomputed_tokens_total += scheduled.num_recomputed_tokens
+        stats.num_prefill_tokens_total += scheduled.num_prefill_tokens
+        self._step_seq += 1
+        end = time.monotonic()
+        self._step_seconds_ema += 0.1 * (end - start - self._step_seconds_ema)
+        record = StepRecord(
+            seq=self._step_seq,
+            start_time=start,
+            wall_time=wall,
+            duration_seconds=end - start,
+            forward_seconds=forward_end - forward_start,
+            policy=self._config.batching.policy,
+            num_seqs=len(scheduled.chunks),
+            num_prefill_tokens=scheduled.num_prefill_tokens,
+            num_decode_tokens=scheduled.num_decode_tokens,
+            num_kv_blocks_used=self.block_manager.num_used_blocks,
+            num_kv_blocks_total=self.block_manager.num_blocks,
+            num_preemptions=scheduled.num_preemptions,
+            num_recomputed_tokens=scheduled.num_recomputed_tokens,
+            num_waiting=dict(self.scheduler.num_waiting_by_class),
+            num_running=dict(self.scheduler.num_running_by_class),
+        )
+        self.step_log.append(record)
+        return StepResult(outputs, record)
+
+    def _append_token(self, seq: Sequence, token: int, now: float) -> RequestOutput:
+        seq.output_token_ids.append(token)
+        self._stats.num_generation_tokens_total += 1
+        if seq.first_token_time is None:
+            seq.first_token_time = now
+        params = seq.sampling_params
+        text, stopped = self._streams[seq.request_id].push(token)
+        reason: str | None = None
+        is_eos = token == self._eos_token_id and not params.ignore_eos
+        if stopped or is_eos or token in params.stop_token_ids:
+            reason = "stop"
+        elif len(seq.output_token_ids) >= params.max_tokens:
+            reason = "length"
+        elif len(seq.prompt_token_ids) + len(seq.output_token_ids) >= self._max_model_len:
+            # Unreachable through add_request's checks today; kept as the cache's hard bound.
+            reason = "max_model_len"
+        if reason is None:
+            return self._output(seq, [token], text, None)
+        seq.finish_reason = reason  # the scheduler drops it after this step
+        return self._finish(seq, reason, [token], text, flush=not stopped)
+
+    def _finish(
+        self,
+        seq: Sequence,
+        reason: str,
+        new_token_ids: list[int],
+        text: str = "",
+        *,
+        flush: bool = True,
+    ) -> RequestOutput:
+        seq.finish_reason = reason
+        stream = self._streams.pop(seq.request_id)
+        if flush:
+            text += stream.finish()
+        del self._seqs[seq.request_id]
+        if seq.deadline_time is not None:
+            self._num_with_deadline -= 1
+        self._stats.num_finished_total_by_reason[reason] += 1
+        return self._output(seq, new_token_ids, text, reason)
+
+    def _output(
+        self, seq: Sequence, new_token_ids: list[int], text: str, reason: str | None
+    ) -> RequestOutput:
+        return RequestOutput(
+            request_id=seq.request_id,
+            new_token_ids=new_token_ids,
+            new_text=text,
+            finished=reason is not None,
+            finish_reason=reason,
+            num_prompt_tokens=len(seq.prompt_token_ids),
+            num_output_tokens=len(seq.output_token_ids),
+            arrival_time=seq.arrival_time,
+            first_scheduled_time=seq.first_scheduled_time,
+            first_token_time=seq.first_token_time,
+            num_preemptions=seq.num_preemptions,
+        )
+
+    def _expire_deadlines(self, now: float, outputs: list[RequestOutput]) -> None:
+        expired = [
+            s for s in self._seqs.values() if s.deadline_time is not None and s.deadline_time <= now
+        ]
+        for seq in expired:
+            self.scheduler.remove(seq)
+            outputs.append(self._finish(seq, "deadline", []))
+
+    # -- statistics ------------------------------------------------------------------------
+
+    def stats(self) -> EngineStats:
+        bm = self.block_manager.stats()
+        snapshot = dataclasses.replace(
+            self._stats,
+            num_finished_total_by_reason=dict(self._stats.num_finished_total_by_reason),
+            num_rejected_total_by_reason=dict(self._stats.num_rejected_total_by_reason),
+            num_running_by_class=dict(self.scheduler.num_running_by_class),
+            num_waiting_by_class=dict(self.scheduler.num_waiting_by_class),
+            num_kv_blocks_used=bm.num_blocks_used,
+            num_kv_blocks_total=bm.num_blocks_total,
+            num_kv_blocks_peak=bm.num_blocks_peak,
+            kv_usage_ratio=bm.usage_ratio,
+            kv_usage_peak_ratio=bm.peak_usage_ratio,
+            num_kv_slots_unused=bm.num_slots_unused,
+            num_kv_slots_unused_at_peak=bm.num_slots_unused_at_peak,
+        )
+        return snapshot
+
+    def steps_after(self, seq: int, limit: int = 1000) -> tuple[list[dict[str, Any]], int, int]:
+        return self.step_log.after(seq, limit)
+
+    def close(self) -> None:
+        self.step_log.close()

@@ -1,0 +1,64 @@
+"""What the engine hands back: RequestOutput (one request's delta), StepResult (one step) and
+EngineStats (counters and gauges for /metrics).
+
+Plain value objects; they know nothing of how they were produced.
+"""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass, field
+from typing import Any
+
+from reference_server.step_record import StepRecord
+
+__all__ = ["FINISH_REASONS", "EngineStats", "RequestOutput", "StepResult"]
+
+FINISH_REASONS: tuple[str, ...] = ("length", "stop", "deadline", "abort", "max_model_len")
+
+
+@dataclass(slots=True)
+class RequestOutput:
+    request_id: str
+    new_token_ids: list[int]
+    new_text: str  # complete UTF-8 characters only
+    finished: bool
+    finish_reason: str | None
+    num_prompt_tokens: int
+    num_output_tokens: int
+    arrival_time: float  # time.monotonic()
+    first_scheduled_time: float | None
+    first_token_time: float | None
+    num_preemptions: int = 0
+
+
+@dataclass(slots=True)
+class StepResult:
+    outputs: list[RequestOutput]
+    record: StepRecord | None  # None when nothing ran in this step
+
+
+@dataclass(slots=True, kw_only=True)
+class EngineStats:
+    num_preemptions_total: int = 0
+    num_recomputed_tokens_total: int = 0
+    num_prompt_tokens_total: int = 0
+    num_prefill_tokens_total: int = 0  # includes recomputed tokens
+    num_generation_tokens_total: int = 0
+    num_finished_total_by_reason: dict[str, int] = field(
+        default_factory=lambda: dict.fromkeys(FINISH_REASONS, 0)
+    )
+    num_aborted_total: int = 0
+    num_rejected_total_by_reason: dict[str, int] = field(default_factory=dict)
+    num_steps_total: int = 0
+    num_running_by_class: dict[str, int] = field(default_factory=dict)
+    num_waiting_by_class: dict[str, int] = field(default_factory=dict)
+    num_kv_blocks_used: int = 0
+    num_kv_blocks_total: int = 0
+    num_kv_blocks_peak: int = 0
+    kv_usage_ratio: float = 0.0
+    kv_usage_peak_ratio: float = 0.0
+    num_kv_slots_unused: int = 0
+    num_kv_slots_unused_at_peak: int = 0
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)

@@ -1,0 +1,137 @@
+"""One request's token state inside the engine (Sequence) and the unit of work the scheduler
+hands the model runner (ScheduledChunk).
+
+It does not know how blocks are chosen or when a sequence runs; the block manager fills
+`block_table`, the scheduler moves `status`, the engine advances `num_computed_tokens` and appends
+sampled tokens.
+"""
+
+from __future__ import annotations
+
+import enum
+from dataclasses import dataclass
+
+from reference_server.sampling_params import SamplingParams
+
+__all__ = ["PRIORITY_CLASSES", "ScheduledChunk", "Sequence", "SequenceStatus"]
+
+# Highest priority first; the index is the class rank used for ordering and victim choice.
+PRIORITY_CLASSES: tuple[str, ...] = ("interactive", "batch")
+_CLASS_RANK = {name: rank for rank, name in enumerate(PRIORITY_CLASSES)}
+
+
+class SequenceStatus(enum.Enum):
+    WAITING = "waiting"
+    RUNNING = "running"
+    FINISHED = "finished"
+
+
+class Sequence:
+    """Prompt plus generated tokens of one request, and how much of it is in the KV cache."""
+
+    __slots__ = (
+        "arrival_time",
+        "batch_id",
+        "block_table",
+        "class_rank",
+        "deadline_time",
+        "finish_reason",
+        "first_scheduled_time",
+        "first_token_time",
+        "num_computed_tokens",
+        "num_preemptions",
+        "order",
+        "output_token_ids",
+        "prefill_end",
+        "priority",
+        "prompt_token_ids",
+        "request_id",
+        "sampling_params",
+        "sort_key",
+        "status",
+    )
+
+    def __init__(
+        self,
+        request_id: str,
+        prompt_token_ids: list[int],
+        sampling_params: SamplingParams,
+        *,
+        priority: str,
+        arrival_time: float,
+        order: int = 0,
+    ) -> None:
+        self.request_id = request_id
+        self.prompt_token_ids = prompt_token_ids
+        self.output_token_ids: list[int] = []
+        self.sampling_params = sampling_params
+        self.priority = priority
+        self.class_rank = _CLASS_RANK[priority]
+        self.arrival_time = arrival_time
+        self.order = order
+        # Running sequences are kept sorted by this: class first, then arrival; the tail is the
+        # preemption victim (lowest class, latest arrival).
+        self.sort_key = (self.class_rank, arrival_time, order)
+        deadline = sampling_params.deadline_seconds
+        self.deadline_time = None if deadline is None else arrival_time + deadline
+        self.num_computed_tokens = 0
+        self.block_table: list[int] = []
+        self.status = SequenceStatus.WAITING
+        self.batch_id: int | None = None
+        # Tokens below this index were part of the (re)admitted prompt: computing them counts as
+        # prefill, everything after as decode.
+        self.prefill_end = 0
+        self.first_scheduled_time: float | None = None
+        self.first_token_time: float | None = None
+        self.finish_reason: str | None = None
+        self.num_preemptions = 0
+
+    @property
+    def num_prompt_tokens(self) -> int:
+        return len(self.prompt_token_ids)
+
+    @property
+    def num_output_tokens(self) -> int:
+        return len(self.output_token_ids)
+
+    @property
+    def num_tokens(self) -> int:
+        return len(self.prompt_token_ids) + len(self.output_token_ids)
+
+    @property
+    def num_uncomputed_tokens(self) -> int:
+        return len(self.prompt_token_ids) + len(self.output_token_ids) - self.num_computed_tokens
+
+    def all_token_ids(self) -> list[int]:
+        return self.prompt_token_ids + self.output_token_ids
+
+    @property
+    def token_ids(self) -> list[int]:
+        return self.prompt_token_ids + self.output_token_ids
+
+    @property
+    def last_token_id(self) -> int:
+        return self.output_token_ids[-1] if self.output_token_ids else self.prompt_token_ids[-1]
+
+    @property
+    def is_finished(self) -> bool:
+        return self.status is SequenceStatus.FINISHED
+
+    def __repr__(self) -> str:
+        return (
+            f"Sequence({self.request_id!r}, {self.priority}, {self.status.value}, "
+            f"computed={self.num_computed_tokens}/{self.num_tokens})"
+        )
+
+
+@dataclass(frozen=True, slots=True)
+class ScheduledChunk:
+    """Compute positions [seq.num_computed_tokens, + num_new_tokens) of `seq` in this step.
+
+    `sample` is True when the chunk ends at seq.num_tokens: exactly one next token is sampled.
+    The scheduler guarantees len(seq.block_table) * block_size >= the chunk's end.
+    """
+
+    seq: Sequence
+    num_new_tokens: int
+    sample: bool

@@ -1,0 +1,79 @@
+"""EngineConfig / BatchingConfig: defaults are valid, dicts round-trip, and every bad value or
+unknown key raises ConfigError naming its dotted field."""
+
+from __future__ import annotations
+
+import pytest
+
+from reference_server.config import BatchingConfig, ClassConfig, EngineConfig
+from reference_server.errors import ConfigError
+
+
+def test_defaults_are_valid_and_round_trip_through_dicts():
+    config = EngineConfig()
+    assert config.batching.policy == "continuous"
+    assert config.batching.interactive.max_waiting > 0
+    assert not config.batching.shared_queue
+    assert EngineConfig.from_dict(config.to_dict()) == config
+    custom = EngineConfig.from_dict(
+        {"seed": 3, "batching": {"policy": "static", "batch": {"max_batch_size": 4}}}
+    )
+    assert custom.batching.batch == ClassConfig(
+        max_waiting=1024, max_batch_size=4, max_wait_ms=50.0
+    )
+    assert EngineConfig.from_dict(custom.to_dict()) == custom
+
+
+@pytest.mark.parametrize(
+    ("data", "field"),
+    [
+        ({"modle": "tiny"}, "modle"),
+        ({"device": "tpu"}, "device"),
+        ({"dtype": "int8"}, "dtype"),
+        ({"seed": -1}, "seed"),
+        ({"block_size": 0}, "block_size"),
+        ({"block_size": 16.0}, "block_size"),
+        ({"kv_cache_memory_bytes": 0}, "kv_cache_memory_bytes"),
+        ({"gpu_memory_utilization": 1.5}, "gpu_memory_utilization"),
+        ({"watermark_ratio": 0.9}, "watermark_ratio"),
+        ({"max_model_len": 1}, "max_model_len"),
+        ({"max_tokens_cap": True}, "max_tokens_cap"),
+        ({"step_log_size": 0}, "step_log_size"),
+        ({"step_log_path": ""}, "step_log_path"),
+        ({"batching": []}, "batching"),
+        ({"batching": {"policy": "greedy"}}, "batching.policy"),
+        ({"batching": {"max_prefill_chunk_tokens": 0}}, "batching.max_prefill_chunk_tokens"),
+        ({"batching": {"max_starvation_steps": 0}}, "batching.max_starvation_steps"),
+        ({"batching": {"interactive": {"max_waiting": -1}}}, "batching.interactive.max_waiting"),
+        ({"batching": {"batch": {"max_wait_ms": float("nan")}}}, "batching.batch.max_wait_ms"),
+        ({"batching": {"batch": {"colour": 1}}}, "batching.batch.colour"),
+        ({"batching": {"interactive": 5}}, "batching.interactive"),
+    ],
+)
+def test_bad_values_raise_config_error_naming_the_dotted_field(data, field):
+    with pytest.raises(ConfigError) as info:
+        EngineConfig.from_dict(data)
+    assert info.value.field == field
+    assert info.value.message
+
+
+def test_token_budget_must_cover_one_decode_per_sequence():
+    with pytest.raises(ConfigError) as info:
+        BatchingConfig(max_num_seqs=64, max_num_batched_tokens=32)
+    assert info.value.field == "max_num_batched_tokens"
+
+
+def test_merged_applies_partial_nested_changes_only():
+    base = BatchingConfig()
+    merged = base.merged({"interactive": {"dispatch_threshold": 4}, "max_num_seqs": 8})
+    assert merged.interactive.dispatch_threshold == 4
+    assert merged.interactive.max_wait_ms == base.interactive.max_wait_ms
+    assert merged.max_num_seqs == 8 and merged.batch == base.batch
+
+
+def test_configs_are_keyword_only_and_frozen():
+    with pytest.raises(TypeError):
+        BatchingConfig("dynamic")  # type: ignore[misc]
+    config = BatchingConfig()
+    with pytest.raises(AttributeError):
+        config.policy = "static"  # type: ignore[misc]

@@ -1,0 +1,91 @@
+"""The engine over the real (tiny, CPU) ModelRunner: a request's tokens do not depend on what
+else is in the batch, nor on being preempted and recomputed."""
+
+from __future__ import annotations
+
+import pytest
+
+from reference_server import BatchingConfig, Engine, EngineConfig, SamplingParams
+from tests.reference_server.fakes import run_to_completion
+
+pytest.importorskip("torch")
+pytestmark = pytest.mark.slow  # builds the tiny model and runs ~150 real steps
+
+BLOCK_SIZE = 4
+TINY_BLOCK_BYTES = 2 * 2 * 2 * 32 * BLOCK_SIZE * 4  # k+v, layers, kv heads, head dim, fp32
+PROMPT = [ord(c) for c in "The quick brown fox"]
+
+
+@pytest.fixture(scope="module")
+def runners():
+    """One runner per KV pool size, shared by the engines of this module (building is slow)."""
+    from reference_server.model_runner import ModelRunner
+
+    built = {}
+
+    def get(num_kv_blocks: int):
+        if num_kv_blocks not in built:
+            built[num_kv_blocks] = ModelRunner(
+                model="tiny",
+                device="cpu",
+                seed=0,
+                block_size=BLOCK_SIZE,
+                kv_cache_memory_bytes=num_kv_blocks * TINY_BLOCK_BYTES,
+                max_model_len=256,
+            )
+        return built[num_kv_blocks]
+
+    return get
+
+
+def _engine(runners, num_kv_blocks: int = 512, **batching) -> Engine:
+    config = EngineConfig(
+        model="tiny",
+        device="cpu",
+        seed=0,
+        block_size=BLOCK_SIZE,
+        kv_cache_memory_bytes=num_kv_blocks * TINY_BLOCK_BYTES,
+        watermark_ratio=0.0,
+        max_model_len=256,
+        batching=BatchingConfig.from_dict(batching),
+    )
+    engine = Engine(config, runner=runners(num_kv_blocks))
+    assert engine.block_manager.num_blocks == num_kv_blocks
+    return engine
+
+
+def _run(engine: Engine, target: SamplingParams, *, others: int, priority: str = "interactive"):
+    for i in range(others):
+        engine.add_request(
+            f"o{i}",
+            [ord(c) for c in f"other prompt number {i} " * (1 + i % 2)],
+            SamplingParams(max_tokens=8 + i, temperature=0.9, top_p=0.9, seed=100 + i),
+        )
+    engine.add_request("x", PROMPT, target, priority=priority)
+    results, _ = run_to_completion(engine)
+    return results["x"][0], engine.stats()
+
+
+@pytest.mark.parametrize(
+    "params",
+    [
+        SamplingParams(max_tokens=10, temperature=0.0),
+        SamplingParams(max_tokens=10, temperature=0.8, top_k=40, seed=1234),
+    ],
+    ids=["greedy", "seeded"],
+)
+def test_tokens_are_the_same_alone_in_a_busy_batch_and_after_recompute(runners, params):
+    alone, _ = _run(_engine(runners), params, others=0)
+    assert len(alone) == 10
+    busy, _ = _run(_engine(runners, max_prefill_chunk_tokens=8), params, others=3)
+    assert busy == alone
+    # 16 blocks cannot hold four growing requests: the batch-class "x" is preempted.
+    squeezed, stats = _run(
+        _engine(runners, num_kv_blocks=16, max_prefill_chunk_tokens=4),
+        params,
+        others=3,
+        priority="batch",
+    )
+    assert stats.num_preemptions_total > 0 and stats.num_recomputed_tokens_total > 0
+    assert squeezed == alone
+    assert stats.num_kv_blocks_used == 0
