@@ -1,0 +1,308 @@
+"""Serving one completion request: engine stream in, OpenAI JSON or SSE chunks out.
+
+Owns the chat/completions response shapes (non-streaming body, streaming chunks with the role
+first, a final finish chunk, the optional usage chunk and `[DONE]`), finish-reason mapping, and
+each request's server-side timings for the TTFT / inter-token / end-to-end / queue histograms.
+The engine is consumed through `AsyncEngine.generate`; a client hang-up closes that stream,
+which aborts the request. It knows nothing about parsing (protocol.py) or routing (app.py).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import time
+import uuid
+from collections.abc import AsyncIterator, Awaitable
+from typing import Any, TypeVar
+
+import orjson
+from starlette.types import Receive
+
+from reference_server.api.errors import APIError, from_engine_error
+from reference_server.api.metrics import ServerMetrics
+from reference_server.api.protocol import GenerationRequest
+from reference_server.api.sse import SSE_DONE, EventStreamResponse, sse_event, wait_for_disconnect
+from reference_server.errors import EngineError
+
+__all__ = ["ClientGone", "RequestTimer", "ResponseShapes", "run_generation", "until_disconnect"]
+
+T = TypeVar("T")
+# Engine reasons OpenAI clients do not know map onto the nearest OpenAI one.
+_FINISH_REASON_MAP = {"max_model_len": "length"}
+
+
+class ClientGone(Exception):
+    """The client disconnected before the answer was ready."""
+
+
+async def until_disconnect(receive: Receive, awaitable: Awaitable[T]) -> T:
+    """Await `awaitable`, cancelling it (and raising ClientGone) if the client hangs up first."""
+    work = asyncio.ensure_future(awaitable)
+    watcher = asyncio.ensure_future(wait_for_disconnect(receive))
+    try:
+        await asyncio.wait((work, watcher), return_when=asyncio.FIRST_COMPLETED)
+    finally:
+        watcher.cancel()
+        if not work.done():
+            work.cancel()
+        await asyncio.gather(work, watcher, return_exceptions=True)
+    if work.cancelled():
+        raise ClientGone()
+    return work.result()
+
+
+class RequestTimer:
+    """Server-side timings of one request, fed to the histograms when it ends."""
+
+    def __init__(self, metrics: ServerMetrics, priority: str) -> None:
+        self._metrics = metrics
+        self._priority = priority
+        self._arrival: float | None = None
+        self._queue_seconds: float | None = None
+        self._ttft_seconds: float | None = None
+        self._last_token_at: float | None = None
+        self._gaps: list[float] = []
+        self._e2e_seconds: float | None = None
+        self._reported = False
+
+    def on_output(self, output: Any) -> None:
+        now = time.monotonic()
+        if self._arrival is None:
+            self._arrival = output.arrival_time
+        if self._queue_seconds is None and output.first_scheduled_time is not None:
+            self._queue_seconds = output.first_scheduled_time - output.arrival_time
+        count = len(output.new_token_ids)
+        if count:
+            if self._last_token_at is None:
+                first = output.first_token_time if output.first_token_time is not None else now
+                self._ttft_seconds = first - output.arrival_time
+                # Tokens delivered together with the first one arrived with no gap of their own.
+                self._gaps.extend([0.0] * (count - 1))
+            else:
+                self._gaps.extend([(now - self._last_token_at) / count] * count)
+            self._last_token_at = now
+        if output.finished and output.finish_reason != "abort":
+            self._e2e_seconds = now - output.arrival_time
+
+    def report(self) -> None:
+        if self._reported:
+            return
+        self._reported = True
+        self._metrics.observe_request(
+            priority=self._priority,
+            ttft_seconds=self._ttft_seconds,
+            inter_token_seconds=self._gaps,
+            e2e_seconds=self._e2e_seconds,
+            queue_seconds=self._queue_seconds,
+        )
+
+
+def _usage(output: Any) -> dict[str, int]:
+    return {
+        "prompt_tokens": output.num_prompt_tokens,
+        "completion_tokens": output.num_output_tokens,
+        "total_tokens": output.num_prompt_tokens + output.num_output_tokens,
+    }
+
+
+def _finish_reason(output: Any) -> str | None:
+    reason = output.finish_reason
+    return _FINISH_REASON_MAP.get(reason, reason)
+
+
+class ResponseShapes:
+    """Response bodies and chunks of one endpoint ("chat" or "completions")."""
+
+    def __init__(self, request: GenerationRequest, model: str) -> None:
+        self.chat = request.endpoint == "chat"
+        prefix = "chatcmpl" if self.chat else "cmpl"
+        self.request_id = f"{prefix}-{uuid.uuid4().hex}"
+        self.created = int(time.time())
+        self.model = model
+        self.include_usage = request.include_usage
+        self._chunk_object = "chat.completion.chunk" if self.chat else "text_completion"
+        self._content_frame: tuple[bytes, bytes] | None = None
+
+    def chunk(self, choice: dict[str, Any]) -> bytes:
+        body: dict[str, Any] = {
+            "id": self.request_id,
+            "object": self._chunk_object,
+            "created": self.created,
+            "model": self.model,
+            "choices": [choice],
+        }
+        if self.include_usage:
+            body["usage"] = None
+        return sse_event(body)
+
+    def content_chunk(self, text: str) -> bytes:
+        # The hot path (one call per token per stream): a pre-rendered frame around the text,
+        # byte-identical to chunk() of the same choice.
+        if self._content_frame is None:
+            marker = "\x00"
+            if self.chat:
+                choice = {"index": 0, "delta": {"content": marker}, "finish_reason": None,
+                          "logprobs": None}  # fmt: skip
+            else:
+                choice = {"index": 0, "text": marker, "finish_reason": None, "logprobs": None}
+            before, after = self.chunk(choice).split(orjson.dumps(marker))
+            self._content_frame = (before, after)
+        before, after = self._content_frame
+        return before + orjson.dumps(text) + after
+
+    def role_chunk(self) -> bytes:
+        delta = {"role": "assistant", "content": ""}
+        return self.chunk({"index": 0, "delta": delta, "finish_reason": None, "logprobs": None})
+
+    def finish_chunk(self, reason: str | None) -> bytes:
+        if self.chat:
+            return self.chunk({"index": 0, "delta": {}, "finish_reason": reason, "logprobs": None})
+        return self.chunk({"index": 0, "text": "", "finish_reason": reason, "logprobs": None})
+
+    def usage_chunk(self, output: Any) -> bytes:
+        return sse_event(
+            {
+                "id": self.request_id,
+                "object": self._chunk_object,
+                "created": self.created,
+                "model": self.model,
+                "choices": [],
+                "usage": _usage(output),
+            }
+        )
+
+    def body(self, text: str, output: Any) -> dict[str, Any]:
+        if self.chat:
+            choice: dict[str, Any] = {
+                "index": 0,
+                "message": {"role": "assistant", "content": text},
+                "finish_reason": _finish_reason(output),
+                "logprobs": None,
+            }
+            kind = "chat.completion"
+        else:
+            choice = {
+                "index": 0,
+                "text": text,
+                "finish_reason": _finish_reason(output),
+                "logprobs": None,
+            }
+            kind = "text_completion"
+        return {
+            "id": self.request_id,
+            "object": kind,
+            "created": self.created,
+            "model": self.model,
+            "choices": [choice],
+            "usage": _usage(output),
+        }
+
+
+async def run_generation(
+    *,
+    engine: Any,
+    request: GenerationRequest,
+    model: str,
+    metrics: ServerMetrics,
+    receive: Receive,
+    on_done: Any,
+) -> EventStreamResponse | dict[str, Any] | None:
+    """Start the request; returns an SSE response, a JSON body, or None if the client left.
+
+    Admission and validation errors surface before anything is sent, so they become proper
+    HTTP statuses. `on_done()` is called exactly once when the request is over.
+    """
+    shapes = ResponseShapes(request, model)
+    timer = RequestTimer(metrics, request.priority)
+    stream: Any = None
+    handed_over = False
+    try:
+        try:
+            stream = engine.generate(
+                shapes.request_id,
+                request.prompt_token_ids,
+                request.params,
+                priority=request.priority,
+            )
+            first = await until_disconnect(receive, stream.__anext__())
+        except EngineError as exc:
+            raise from_engine_error(exc) from None
+        except ClientGone:
+            return None
+        except StopAsyncIteration:
+            raise APIError(
+                503, "engine ended the request without output", type="server_error"
+            ) from None
+        timer.on_output(first)
+        if request.stream:
+            handed_over = True
+            return EventStreamResponse(_events(shapes, stream, first, timer, on_done))
+        try:
+            return await until_disconnect(receive, _collect(shapes, stream, first, timer))
+        except ClientGone:
+            return None
+    finally:
+        if not handed_over:
+            if stream is not None:
+                await stream.aclose()
+            timer.report()
+            on_done()
+
+
+async def _collect(
+    shapes: ResponseShapes, stream: AsyncIterator[Any], output: Any, timer: RequestTimer
+) -> dict[str, Any]:
+    pieces = [output.new_text]
+    try:
+        while not output.finished:
+            output = await stream.__anext__()
+            timer.on_output(output)
+            pieces.append(output.new_text)
+    except EngineError as exc:
+        raise from_engine_error(exc) from None
+    except StopAsyncIteration:
+        pass
+    if output.finish_reason == "abort":
+        raise APIError(
+            503,
+            "request aborted before completion (server draining)",
+            type="service_unavailable",
+            code="aborted",
+        )
+    return shapes.body("".join(pieces), output)
+
+
+async def _events(
+    shapes: ResponseShapes,
+    stream: AsyncIterator[Any],
+    output: Any,
+    timer: RequestTimer,
+    on_done: Any,
+) -> AsyncIterator[bytes]:
+    try:
+        if shapes.chat:
+            yield shapes.role_chunk()
+        while True:
+            if output.new_text:
+                yield shapes.content_chunk(output.new_text)
+            if output.finished:
+                break
+            try:
+                output = await stream.__anext__()
+            except StopAsyncIteration:
+                break
+            timer.on_output(output)
+        yield shapes.finish_chunk(_finish_reason(output))
+        if shapes.include_usage:
+            yield shapes.usage_chunk(output)
+        yield SSE_DONE
+    except EngineError as exc:
+        # Headers are gone already: the error travels as an event, as OpenAI's API does.
+        yield sse_event(from_engine_error(exc).to_dict())
+        yield SSE_DONE
+    finally:
+        with contextlib.suppress(Exception):
+            await stream.aclose()  # aborts the request if it is still running
+        timer.report()
+        on_done()

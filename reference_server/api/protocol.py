@@ -1,0 +1,376 @@
+"""The OpenAI request shapes this server accepts, parsed into engine-ready values.
+
+Owns the field lists of /v1/chat/completions, /v1/completions and /v1/embeddings, the model-level
+limits checked before admission (context length, max_tokens cap, n == 1, sampling ranges, stop
+list size, priority class) and tokenization of prompts. Every refusal is an `APIError` 400 that
+names the field. It knows nothing about HTTP transport, streaming or the engine's queues.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+from reference_server.api.errors import APIError
+from reference_server.api.fields import BodyReader, type_name
+from reference_server.sampling_params import SamplingParams
+from reference_server.tokenizer import ByteTokenizer
+
+__all__ = [
+    "PRIORITIES",
+    "EmbeddingRequest",
+    "GenerationRequest",
+    "RequestLimits",
+    "parse_chat_request",
+    "parse_completion_request",
+    "parse_embedding_request",
+]
+
+PRIORITIES = ("interactive", "batch")
+MAX_SEED = 2**63 - 1
+MAX_TOP_K = 2**31 - 1
+# OpenAI's newer "developer" role plays the part "system" plays in our chat template.
+_CHAT_ROLE_ALIASES = {
+    "system": "system",
+    "developer": "system",
+    "user": "user",
+    "assistant": "assistant",
+}
+
+_COMMON_FIELDS = (
+    "model", "max_tokens", "temperature", "top_p", "top_k", "seed", "stop", "n", "stream",
+    "stream_options", "ignore_eos", "priority", "user", "presence_penalty", "frequency_penalty",
+    "logit_bias", "min_tokens", "repetition_penalty", "min_p", "metadata", "store",
+    "service_tier", "include_stop_str_in_output", "skip_special_tokens",
+)  # fmt: skip
+_CHAT_FIELDS = (
+    *_COMMON_FIELDS, "messages", "max_completion_tokens", "logprobs", "top_logprobs", "tools",
+    "tool_choice", "parallel_tool_calls", "functions", "function_call", "response_format",
+)  # fmt: skip
+_COMPLETION_FIELDS = (*_COMMON_FIELDS, "prompt", "logprobs", "echo", "suffix", "best_of")
+_EMBEDDING_FIELDS = ("model", "input", "encoding_format", "dimensions", "user")
+
+
+@dataclass(frozen=True, kw_only=True)
+class RequestLimits:
+    """Server-wide bounds every request is checked against before it reaches the engine."""
+
+    max_model_len: int
+    max_tokens_cap: int
+    vocab_size: int
+    default_max_tokens: int
+    max_stop_sequences: int
+    max_stop_sequence_chars: int
+    max_messages: int
+    request_timeout_seconds: float
+    embedding_max_inputs_per_request: int
+
+
+@dataclass(frozen=True, kw_only=True)
+class GenerationRequest:
+    endpoint: str  # "chat" | "completions"
+    model: str | None
+    prompt_token_ids: list[int]
+    params: SamplingParams
+    stream: bool
+    include_usage: bool
+    priority: str
+
+
+@dataclass(frozen=True, kw_only=True)
+class EmbeddingRequest:
+    model: str | None
+    inputs: list[list[int]]
+    encoding_format: str  # "float" | "base64"
+
+
+def parse_chat_request(
+    body: Any, *, tokenizer: ByteTokenizer, limits: RequestLimits, header_priority: str | None
+) -> GenerationRequest:
+    reader = BodyReader(body)
+    reader.refuse_unknown(_CHAT_FIELDS)
+    _refuse_unsupported_common(reader)
+    reader.unsupported("logprobs", allowed=(False,), why="logprobs are not supported")
+    reader.unsupported("top_logprobs", allowed=(0,), why="logprobs are not supported")
+    reader.unsupported("tools", allowed=([],), why="tool calling is not supported")
+    reader.unsupported("tool_choice", allowed=("none",), why="tool calling is not supported")
+    reader.unsupported("functions", allowed=([],), why="function calling is not supported")
+    reader.unsupported("function_call", allowed=("none",), why="function calling is not supported")
+    response_format = reader.obj("response_format")
+    if response_format is not None and response_format.raw("type") != "text":
+        raise APIError.invalid(
+            "response_format.type", "only 'text' is supported", code="unsupported_parameter"
+        )
+    messages = _read_messages(reader, limits)
+    prompt = tokenizer.apply_chat_template(messages)
+    max_tokens = reader.integer("max_tokens", low=1)
+    max_completion_tokens = reader.integer("max_completion_tokens", low=1)
+    both = max_tokens is not None and max_completion_tokens is not None
+    if both and max_tokens != max_completion_tokens:
+        raise APIError.invalid("max_completion_tokens", "conflicts with max_tokens; give only one")
+    requested = max_completion_tokens if max_completion_tokens is not None else max_tokens
+    field = "max_completion_tokens" if max_completion_tokens is not None else "max_tokens"
+    return _finish(reader, "chat", prompt, "messages", requested, field, limits, header_priority)
+
+
+def parse_completion_request(
+    body: Any, *, tokenizer: ByteTokenizer, limits: RequestLimits, header_priority: str | None
+) -> GenerationRequest:
+    reader = BodyReader(body)
+    reader.refuse_unknown(_COMPLETION_FIELDS)
+    _refuse_unsupported_common(reader)
+    reader.unsupported("logprobs", allowed=(0,), why="logprobs are not supported")
+    reader.unsupported("echo", allowed=(False,), why="echo is not supported")
+    reader.unsupported("suffix", allowed=("",), why="suffix is not supported")
+    reader.integer("best_of", low=1, high=1)
+    prompt = _read_prompt(reader.raw("prompt"), tokenizer, limits)
+    requested = reader.integer("max_tokens", low=1)
+    return _finish(
+        reader, "completions", prompt, "prompt", requested, "max_tokens", limits, header_priority
+    )
+
+
+def parse_embedding_request(
+    body: Any, *, tokenizer: ByteTokenizer, limits: RequestLimits
+) -> EmbeddingRequest:
+    reader = BodyReader(body)
+    reader.refuse_unknown(_EMBEDDING_FIELDS)
+    model = reader.string("model")
+    encoding_format = reader.string("encoding_format", choices=("float", "base64"), default="float")
+    reader.unsupported("dimensions", allowed=(), why="dimensions is not supported")
+    raw = reader.raw("input")
+    if raw is None:
+        raise APIError.invalid("input", "is required", code="missing_required_parameter")
+    if isinstance(raw, str):
+        items: list[Any] = [raw]
+    elif isinstance(raw, list) and raw and all(_is_token_id(x) for x in raw):
+        items = [raw]  # one pre-tokenized input
+    elif isinstance(raw, list):
+        items = raw
+    else:
+        raise APIError.invalid("input", f"must be a string or an array, got {type_name(raw)}")
+    if not items:
+        raise APIError.invalid("input", "must not be empty")
+    if len(items) > limits.embedding_max_inputs_per_request:
+        raise APIError.invalid(
+            "input", f"at most {limits.embedding_max_inputs_per_request} inputs per request"
+        )
+    inputs: list[list[int]] = []
+    for index, item in enumerate(items):
+        path = f"input[{index}]"
+        if isinstance(item, str):
+            if not item:
+                raise APIError.invalid(path, "must not be empty")
+            ids = tokenizer.encode(item, add_bos=True)
+        else:
+            ids = _read_token_ids(item, path, limits)
+        if len(ids) > limits.max_model_len:
+            raise APIError.invalid(
+                path, f"is {len(ids)} tokens; the model's context is {limits.max_model_len}"
+            )
+        inputs.append(ids)
+    return EmbeddingRequest(model=model, inputs=inputs, encoding_format=encoding_format)
+
+
+def _refuse_unsupported_common(reader: BodyReader) -> None:
+    reader.integer("n", low=1, high=1)  # more than one choice is not implemented
+    reader.unsupported("presence_penalty", allowed=(0,), why="penalties are not supported")
+    reader.unsupported("frequency_penalty", allowed=(0,), why="penalties are not supported")
+    reader.unsupported("repetition_penalty", allowed=(1,), why="penalties are not supported")
+    reader.unsupported("min_p", allowed=(0,), why="min_p is not supported")
+    reader.unsupported("logit_bias", allowed=({},), why="logit_bias is not supported")
+    reader.unsupported(
+        "include_stop_str_in_output", allowed=(False,), why="stop strings are never echoed"
+    )
+    reader.unsupported("skip_special_tokens", allowed=(True,), why="special tokens are skipped")
+    reader.string("user")
+    reader.boolean("store")
+
+
+def _finish(
+    reader: BodyReader,
+    endpoint: str,
+    prompt: list[int],
+    prompt_field: str,
+    requested_max_tokens: int | None,
+    max_tokens_field: str,
+    limits: RequestLimits,
+    header_priority: str | None,
+) -> GenerationRequest:
+    model = reader.string("model")
+    stream = reader.boolean("stream")
+    include_usage = False
+    options = reader.obj("stream_options")
+    if options is not None:
+        options.refuse_unknown(("include_usage", "continuous_usage_stats"))
+        options.unsupported(
+            "continuous_usage_stats", allowed=(False,), why="only the final usage chunk is sent"
+        )
+        include_usage = options.boolean("include_usage")
+    room = limits.max_model_len - len(prompt)
+    if room < 1:
+        raise APIError.invalid(
+            prompt_field,
+            f"is {len(prompt)} tokens; the model's context is {limits.max_model_len} tokens "
+            "and at least one must be left for the completion",
+            code="context_length_exceeded",
+        )
+    if requested_max_tokens is None:
+        max_tokens = min(limits.default_max_tokens, limits.max_tokens_cap, room)
+    else:
+        max_tokens = requested_max_tokens
+        if max_tokens > limits.max_tokens_cap:
+            raise APIError.invalid(
+                max_tokens_field, f"must be <= {limits.max_tokens_cap} (the server's cap)"
+            )
+        if max_tokens > room:
+            raise APIError.invalid(
+                max_tokens_field,
+                f"prompt ({len(prompt)} tokens) + {max_tokens_field} ({max_tokens}) exceeds the "
+                f"model's context of {limits.max_model_len} tokens",
+                code="context_length_exceeded",
+            )
+    ignore_eos = reader.boolean("ignore_eos")
+    min_tokens = reader.integer("min_tokens", low=0, high=max_tokens, default=0)
+    if min_tokens and not ignore_eos:
+        raise APIError.invalid(
+            "min_tokens", "is only supported together with ignore_eos", code="unsupported_parameter"
+        )
+    params = SamplingParams(
+        max_tokens=max_tokens,
+        temperature=reader.number("temperature", low=0.0, high=2.0, default=1.0),
+        top_p=_top_p(reader),
+        top_k=_top_k(reader),
+        seed=reader.integer("seed", low=0, high=MAX_SEED),
+        stop=_read_stop(reader, limits),
+        ignore_eos=ignore_eos,
+        deadline_seconds=limits.request_timeout_seconds,
+    )
+    params.validate()
+    return GenerationRequest(
+        endpoint=endpoint,
+        model=model,
+        prompt_token_ids=prompt,
+        params=params,
+        stream=stream,
+        include_usage=include_usage,
+        priority=_priority(reader, header_priority),
+    )
+
+
+def _top_p(reader: BodyReader) -> float:
+    value = reader.number("top_p", low=0.0, high=1.0, default=1.0)
+    if value <= 0.0:
+        raise APIError.invalid("top_p", "must be > 0 and <= 1")
+    return value
+
+
+def _top_k(reader: BodyReader) -> int:
+    value = reader.integer("top_k", low=-1, high=MAX_TOP_K, default=0)
+    return 0 if value == -1 else value  # -1 means "off" in vLLM's dialect; 0 in ours
+
+
+def _priority(reader: BodyReader, header_priority: str | None) -> str:
+    if reader.has("priority"):
+        return reader.string("priority", choices=PRIORITIES)
+    if header_priority is not None:
+        value = header_priority.strip().lower()
+        if value not in PRIORITIES:
+            raise APIError.invalid("X-Priority", f"must be one of {', '.join(PRIORITIES)}")
+        return value
+    return "interactive"
+
+
+def _read_stop(reader: BodyReader, limits: RequestLimits) -> tuple[str, ...]:
+    raw = reader.raw("stop")
+    if raw is None:
+        return ()
+    items = [raw] if isinstance(raw, str) else raw
+    if not isinstance(items, list):
+        raise APIError.invalid("stop", f"must be a string or an array, got {type_name(raw)}")
+    if len(items) > limits.max_stop_sequences:
+        raise APIError.invalid("stop", f"at most {limits.max_stop_sequences} stop sequences")
+    for index, item in enumerate(items):
+        path = f"stop[{index}]" if isinstance(raw, list) else "stop"
+        if not isinstance(item, str):
+            raise APIError.invalid(path, f"must be a string, got {type_name(item)}")
+        if not item:
+            raise APIError.invalid(path, "must not be empty")
+        if len(item) > limits.max_stop_sequence_chars:
+            raise APIError.invalid(
+                path, f"is longer than {limits.max_stop_sequence_chars} characters"
+            )
+    return tuple(items)
+
+
+def _read_messages(reader: BodyReader, limits: RequestLimits) -> list[dict[str, str]]:
+    raw = reader.raw("messages")
+    if raw is None:
+        raise APIError.invalid("messages", "is required", code="missing_required_parameter")
+    if not isinstance(raw, list):
+        raise APIError.invalid("messages", f"must be an array, got {type_name(raw)}")
+    if not raw:
+        raise APIError.invalid("messages", "must not be empty")
+    if len(raw) > limits.max_messages:
+        raise APIError.invalid("messages", f"at most {limits.max_messages} messages")
+    messages = []
+    for index, item in enumerate(raw):
+        message = BodyReader(item, where=f"messages[{index}]")
+        message.refuse_unknown(("role", "content", "name"))
+        role = message.string("role")
+        if role not in _CHAT_ROLE_ALIASES:
+            raise APIError.invalid(
+                message.path("role"), f"must be one of {', '.join(_CHAT_ROLE_ALIASES)}"
+            )
+        message.string("name")
+        messages.append({"role": _CHAT_ROLE_ALIASES[role], "content": _content(message)})
+    return messages
+
+
+def _content(message: BodyReader) -> str:
+    raw = message.raw("content")
+    if isinstance(raw, str):
+        return raw
+    if isinstance(raw, list):
+        parts = []
+        for index, item in enumerate(raw):
+            part = BodyReader(item, where=f"{message.path('content')}[{index}]")
+            part.refuse_unknown(("type", "text"))
+            part.string("type", choices=("text",))
+            text = part.string("text")
+            if text is None:
+                raise APIError.invalid(part.path("text"), "is required")
+            parts.append(text)
+        return "".join(parts)
+    raise APIError.invalid(
+        message.path("content"), f"must be a string or an array of text parts, got {type_name(raw)}"
+    )
+
+
+def _is_token_id(value: Any) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool)
+
+
+def _read_token_ids(raw: Any, path: str, limits: RequestLimits) -> list[int]:
+    if not isinstance(raw, list) or not raw:
+        raise APIError.invalid(path, "must be a non-empty string or array of token ids")
+    for index, token in enumerate(raw):
+        if not _is_token_id(token) or not 0 <= token < limits.vocab_size:
+            raise APIError.invalid(
+                f"{path}[{index}]", f"must be a token id in [0, {limits.vocab_size})"
+            )
+    return list(raw)
+
+
+def _read_prompt(raw: Any, tokenizer: ByteTokenizer, limits: RequestLimits) -> list[int]:
+    if raw is None:
+        raise APIError.invalid("prompt", "is required", code="missing_required_parameter")
+    if isinstance(raw, list) and len(raw) == 1 and isinstance(raw[0], str | list):
+        raw = raw[0]  # a batch of one prompt
+    elif isinstance(raw, list) and raw and not all(_is_token_id(x) for x in raw):
+        raise APIError.invalid("prompt", "only one prompt per request is supported")
+    if isinstance(raw, str):
+        return tokenizer.encode(raw, add_bos=True)
+    if isinstance(raw, list):
+        return _read_token_ids(raw, "prompt", limits)
+    raise APIError.invalid("prompt", f"must be a string or an array, got {type_name(raw)}")

@@ -1,0 +1,156 @@
+"""The HTTP server's own settings: bind address, auth, body and request limits, drain, embeddings.
+
+Owns `ServerConfig`, the typed, validated, keyword-only value object for everything the HTTP
+layer decides. It knows nothing about the engine's settings (those live in `EngineConfig`) and
+nothing about argparse (the CLI generates one flag per field from `SERVER_FIELD_HELP` and the
+dataclass fields).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+from dataclasses import dataclass
+from typing import Any
+
+__all__ = ["LOG_LEVELS", "SERVER_FIELD_HELP", "ServerConfig", "ServerConfigError"]
+
+LOG_LEVELS = ("critical", "error", "warning", "info", "debug")
+
+
+class ServerConfigError(ValueError):
+    """A server setting is invalid; `.field` names it."""
+
+    def __init__(self, field: str, message: str) -> None:
+        super().__init__(f"{field}: {message}")
+        self.field = field
+        self.message = message
+
+
+@dataclass(frozen=True, kw_only=True)
+class ServerConfig:
+    host: str = "127.0.0.1"
+    port: int = 8000
+    port_file: str | None = None
+    api_key: str | None = None
+    admin_token: str | None = None
+    served_model_name: str | None = None
+    max_body_bytes: int = 1_048_576
+    body_read_timeout_seconds: float = 30.0
+    request_timeout_seconds: float = 600.0
+    drain_timeout_seconds: float = 30.0
+    default_max_tokens: int = 256
+    max_stop_sequences: int = 4
+    max_stop_sequence_chars: int = 256
+    max_messages: int = 1024
+    max_connections: int = 2048
+    keep_alive_timeout_seconds: float = 5.0
+    embedding_max_batch_size: int = 32
+    embedding_max_wait_ms: float = 5.0
+    embedding_dispatch_threshold: int | None = 8
+    embedding_max_pending_inputs: int = 1024
+    embedding_max_inputs_per_request: int = 128
+    log_level: str = "info"
+    access_log: bool = False
+
+    def __post_init__(self) -> None:
+        _check_int(self, "port", low=0, high=65535)
+        _check_positive_int(self, "max_body_bytes")
+        _check_positive_float(self, "body_read_timeout_seconds")
+        _check_positive_float(self, "request_timeout_seconds")
+        _check_float(self, "drain_timeout_seconds", low=0.0)
+        _check_positive_int(self, "default_max_tokens")
+        _check_int(self, "max_stop_sequences", low=0, high=1024)
+        _check_positive_int(self, "max_stop_sequence_chars")
+        _check_positive_int(self, "max_messages")
+        _check_positive_int(self, "max_connections")
+        _check_positive_float(self, "keep_alive_timeout_seconds")
+        _check_positive_int(self, "embedding_max_batch_size")
+        _check_float(self, "embedding_max_wait_ms", low=0.0)
+        if self.embedding_dispatch_threshold is not None:
+            _check_positive_int(self, "embedding_dispatch_threshold")
+        _check_positive_int(self, "embedding_max_pending_inputs")
+        _check_positive_int(self, "embedding_max_inputs_per_request")
+        if not isinstance(self.host, str) or not self.host:
+            raise ServerConfigError("host", "must be a non-empty string")
+        for name in ("port_file", "api_key", "admin_token", "served_model_name"):
+            value = getattr(self, name)
+            if value is not None and (not isinstance(value, str) or not value):
+                raise ServerConfigError(name, "must be a non-empty string or unset")
+        if self.log_level not in LOG_LEVELS:
+            raise ServerConfigError("log_level", f"must be one of {', '.join(LOG_LEVELS)}")
+        if not isinstance(self.access_log, bool):
+            raise ServerConfigError("access_log", "must be true or false")
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> ServerConfig:
+        known = {f.name for f in dataclasses.fields(cls)}
+        unknown = sorted(set(data) - known)
+        if unknown:
+            raise ServerConfigError(unknown[0], "unknown server setting")
+        return cls(**data)
+
+    def to_dict(self) -> dict[str, Any]:
+        return dataclasses.asdict(self)
+
+
+def _check_int(cfg: ServerConfig, name: str, *, low: int, high: int | None = None) -> None:
+    value = getattr(cfg, name)
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise ServerConfigError(name, f"must be an integer, got {value!r}")
+    if value < low or (high is not None and value > high):
+        bound = f"between {low} and {high}" if high is not None else f">= {low}"
+        raise ServerConfigError(name, f"must be {bound}, got {value}")
+
+
+def _check_positive_int(cfg: ServerConfig, name: str) -> None:
+    _check_int(cfg, name, low=1)
+
+
+def _check_float(cfg: ServerConfig, name: str, *, low: float) -> None:
+    value = getattr(cfg, name)
+    if isinstance(value, bool) or not isinstance(value, int | float) or not math.isfinite(value):
+        raise ServerConfigError(name, f"must be a finite number, got {value!r}")
+    if value < low:
+        raise ServerConfigError(name, f"must be >= {low}, got {value}")
+
+
+def _check_positive_float(cfg: ServerConfig, name: str) -> None:
+    _check_float(cfg, name, low=0.0)
+    if getattr(cfg, name) <= 0:
+        raise ServerConfigError(name, "must be > 0")
+
+
+# One line per field: what it does, with its unit. The CLI appends the default.
+SERVER_FIELD_HELP: dict[str, str] = {
+    "host": "interface to bind; 127.0.0.1 keeps the server private to this machine",
+    "port": "TCP port to listen on; 0 picks a free port (see --port-file)",
+    "port_file": "write the bound port number to this file once the server is listening",
+    "api_key": "require 'Authorization: Bearer KEY' on /v1/* requests",
+    "admin_token": "require 'Authorization: Bearer TOKEN' (or X-Admin-Token) on /admin/*; "
+    "without it /admin/* is served to loopback clients only",
+    "served_model_name": "model name reported by /v1/models and accepted in requests "
+    "(default: the engine's --model)",
+    "max_body_bytes": "largest request body accepted, in bytes; larger bodies get 413",
+    "body_read_timeout_seconds": "time allowed to receive a request body, in seconds (408 after)",
+    "request_timeout_seconds": "wall-time budget of one generation from arrival, in seconds; "
+    "the engine ends it with finish_reason 'deadline'",
+    "drain_timeout_seconds": "on SIGTERM, seconds to let in-flight requests finish before "
+    "aborting them",
+    "default_max_tokens": "max_tokens used when a request gives none, in tokens (capped by the "
+    "remaining context)",
+    "max_stop_sequences": "most stop strings one request may give",
+    "max_stop_sequence_chars": "longest stop string accepted, in characters",
+    "max_messages": "most chat messages one request may give",
+    "max_connections": "most concurrent HTTP connections; extra ones get 503",
+    "keep_alive_timeout_seconds": "idle keep-alive connection timeout, in seconds",
+    "embedding_max_batch_size": "embeddings batcher: most inputs in one forward",
+    "embedding_max_wait_ms": "embeddings batcher: longest time the first queued input waits for "
+    "others before dispatch, in milliseconds",
+    "embedding_dispatch_threshold": "embeddings batcher: dispatch at once when this many inputs "
+    "are queued (adaptive dispatch; 'none' = off)",
+    "embedding_max_pending_inputs": "embeddings batcher: most queued inputs; more get 429",
+    "embedding_max_inputs_per_request": "most inputs in one /v1/embeddings request",
+    "log_level": "log verbosity: " + ", ".join(LOG_LEVELS),
+    "access_log": "log one line per HTTP request",
+}
