@@ -254,8 +254,18 @@ class AsyncEngine:
             self._fail_all(EngineDeadError(f"the engine loop crashed: {exc!r}"))
 
     def _publish(self, result: StepResult) -> None:
-        for output in result.outputs:
-            self._deliver_to(output.request_id, output)
+        # One wake-up per consumer loop per step, not one per output: each
+        # call_soon_threadsafe writes to the loop's self-pipe, and at 64 streams that cost
+        # competes with the engine for the same cores.
+        batches: dict[asyncio.AbstractEventLoop, list[tuple[asyncio.Queue[Any], Any]]] = {}
+        with self._streams_lock:
+            for output in result.outputs:
+                stream = self._streams.get(output.request_id)
+                if stream is not None:
+                    loop, queue = stream
+                    batches.setdefault(loop, []).append((queue, output))
+        for loop, items in batches.items():
+            _call_soon(loop, _put_all, items)
         if result.record is not None:
             for listener in self._listeners:
                 try:
@@ -288,6 +298,11 @@ class AsyncEngine:
             waiters, self._drain_waiters = self._drain_waiters, []
         for loop, event in waiters:
             _call_soon(loop, event.set)
+
+
+def _put_all(items: list[tuple[asyncio.Queue[Any], Any]]) -> None:
+    for queue, item in items:
+        queue.put_nowait(item)
 
 
 def _call_soon(loop: asyncio.AbstractEventLoop, fn: Callable[..., Any], *args: Any) -> None:
