@@ -78,7 +78,7 @@ NAME_MAPS: dict[str, dict[str, MetricSource]] = {
         "num_requests_waiting": _m("batchgate_num_requests_waiting", shape="by_priority"),
         "kv_usage_ratio": _m("batchgate_kv_usage_ratio", combine="max"),
         "kv_blocks_used": _m("batchgate_kv_blocks_used"),
-        "kv_blocks_total": _m("batchgate_kv_blocks_total"),
+        "kv_blocks_total": _m("batchgate_kv_blocks_capacity"),
         "preemptions_total": _m("batchgate_preemptions_total"),
         "recomputed_tokens_total": _m("batchgate_recomputed_tokens_total"),
         "prefill_tokens_total": _m("batchgate_prefill_tokens_total"),

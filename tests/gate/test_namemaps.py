@@ -22,7 +22,7 @@ def batchgate_exposition() -> str:
     waiting.labels("interactive").set(1)
     waiting.labels("batch").set(7)
     Gauge("batchgate_kv_blocks_used", "u", registry=reg).set(42)
-    Gauge("batchgate_kv_blocks_total", "t", registry=reg).set(100)
+    Gauge("batchgate_kv_blocks_capacity", "t", registry=reg).set(100)
     Gauge("batchgate_kv_usage_ratio", "k", registry=reg).set(0.42)
     Gauge("batchgate_device_memory_reserved_bytes", "d", registry=reg).set(2**30)
     Gauge("process_resident_memory_bytes", "rss", registry=reg).set(5e8)

@@ -83,7 +83,7 @@ def test_metrics_parse_and_count_served_requests(client):
     assert families["batchgate_step_duration_seconds"] == "histogram"
     assert families["process_resident_memory_bytes"] == "gauge"
     assert metric(response.text, "process_resident_memory_bytes") > 0
-    assert metric(response.text, "batchgate_kv_blocks_total") > 0
+    assert metric(response.text, "batchgate_kv_blocks_capacity") > 0
     info = [f for f in text_string_to_metric_families(response.text) if f.name == "batchgate_info"]
     labels = info[0].samples[0].labels
     assert labels["model"] == "tiny" and labels["policy"] == "continuous"

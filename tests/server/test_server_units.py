@@ -31,7 +31,7 @@ BINDING_METRICS = {
     ],
     "gauge": [
         "batchgate_num_requests_running", "batchgate_num_requests_waiting",
-        "batchgate_kv_blocks_used", "batchgate_kv_blocks_total", "batchgate_kv_usage_ratio",
+        "batchgate_kv_blocks_used", "batchgate_kv_blocks_capacity", "batchgate_kv_usage_ratio",
         "batchgate_kv_usage_peak_ratio", "batchgate_device_memory_allocated_bytes",
         "batchgate_device_memory_reserved_bytes", "batchgate_device_memory_peak_bytes",
         "process_resident_memory_bytes", "batchgate_info",

@@ -1,0 +1,191 @@
+"""Baselines: statistics of a known-good run, stored with provenance, for regression gates.
+
+Owns the store (default `.batchgate/baselines/` under the working directory, one JSON file per
+baseline), saving a run's measured statistics (every gate of a gates file plus a standard set of
+client latency statistics per profile), listing, showing and loading them, and saying why a
+baseline is not comparable to a run (provenance mismatch). It does not judge (`gate.evaluate`).
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import json
+import os
+import re
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from gate import derive
+from gate.evaluate import measure_key, point_value
+from gate.gates_file import GatesFile, Scope, Settings, Slos
+from gate.rundir import RunData, provenance
+
+__all__ = ["BASELINE_SCHEMA_VERSION", "DEFAULT_STORE", "Baseline", "BaselineError", "BaselineStore"]
+
+BASELINE_SCHEMA_VERSION = 1
+DEFAULT_STORE = Path(".batchgate") / "baselines"
+_NAME_RE = re.compile(r"^[A-Za-z0-9_.-]+$")
+_STANDARD = (
+    ("ttft", "p50"),
+    ("ttft", "p90"),
+    ("ttft", "p99"),
+    ("e2e", "p50"),
+    ("e2e", "p90"),
+    ("e2e", "p99"),
+    ("itl", "p50"),
+    ("itl", "p99"),
+    ("tpot", "p50"),
+    ("tpot", "p99"),
+    ("errors", "mean"),
+    ("requests", "rate"),
+    ("output_tokens", "rate"),
+)
+
+
+class BaselineError(ValueError):
+    """A baseline that cannot be saved or found (the message says why)."""
+
+
+@dataclass(frozen=True, kw_only=True)
+class Baseline:
+    name: str
+    created_at: str
+    run_path: str
+    provenance: dict[str, dict[str, str | None]]  # per profile
+    measures: dict[str, float]
+
+    def value(self, key: str) -> float | None:
+        return self.measures.get(key)
+
+    def mismatches(
+        self, run_provenance: dict[str, str | None], fields: tuple[str, ...]
+    ) -> list[str]:
+        """The `fields` where the run differs from the baseline (for the run's profile)."""
+        profile_hash = run_provenance.get("profile_hash")
+        stored = next(
+            (p for p in self.provenance.values() if p.get("profile_hash") == profile_hash), None
+        )
+        if stored is None:
+            stored = next(iter(self.provenance.values()), {})
+        problems = []
+        for name in fields:
+            ours, theirs = run_provenance.get(name), stored.get(name)
+            if ours is None or theirs is None:
+                problems.append(
+                    f"{name} unknown ({'run' if ours is None else 'baseline'} does not record it)"
+                )
+            elif ours != theirs:
+                problems.append(f"{name} differs (baseline {theirs}, run {ours})")
+        return problems
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "schema_version": BASELINE_SCHEMA_VERSION,
+            "name": self.name,
+            "created_at": self.created_at,
+            "run_path": self.run_path,
+            "provenance": self.provenance,
+            "measures": self.measures,
+        }
+
+
+class BaselineStore:
+    def __init__(self, root: str | Path | None = None) -> None:
+        self.root = Path(root) if root is not None else Path.cwd() / DEFAULT_STORE
+
+    def _path(self, name: str) -> Path:
+        if not _NAME_RE.match(name):
+            raise BaselineError(f"baseline names use letters, digits, _ . - (got {name!r})")
+        return self.root / f"{name}.json"
+
+    def save(
+        self,
+        run: RunData,
+        name: str,
+        *,
+        gates_file: GatesFile | None = None,
+        overwrite: bool = False,
+    ) -> Baseline:
+        path = self._path(name)
+        if path.exists() and not overwrite:
+            raise BaselineError(f"baseline {name!r} exists at {path}; pass --force to replace it")
+        baseline = Baseline(
+            name=name,
+            created_at=dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds"),
+            run_path=str(run.path),
+            provenance={p: provenance(run, p) for p in run.profiles},
+            measures=_measures(run, gates_file),
+        )
+        self.root.mkdir(parents=True, exist_ok=True)
+        tmp = path.with_name(path.name + ".tmp")
+        tmp.write_text(
+            json.dumps(baseline.to_dict(), indent=2, sort_keys=True) + "\n", encoding="utf-8"
+        )
+        os.replace(tmp, path)
+        return baseline
+
+    def list(self) -> list[str]:
+        if not self.root.is_dir():
+            return []
+        return sorted(p.stem for p in self.root.glob("*.json"))
+
+    def load(self, name: str) -> Baseline:
+        path = self._path(name)
+        if not path.exists():
+            known = ", ".join(self.list()) or "none"
+            raise BaselineError(f"no baseline {name!r} in {self.root} (known: {known})")
+        try:
+            data = json.loads(path.read_text(encoding="utf-8"))
+        except (OSError, json.JSONDecodeError) as exc:
+            raise BaselineError(f"{path}: unreadable: {exc}") from None
+        if data.get("schema_version") != BASELINE_SCHEMA_VERSION:
+            raise BaselineError(
+                f"{path}: schema_version {data.get('schema_version')!r} is not supported"
+            )
+        return Baseline(
+            name=data["name"],
+            created_at=data["created_at"],
+            run_path=data["run_path"],
+            provenance=data["provenance"],
+            measures=data["measures"],
+        )
+
+    def show(self, name: str) -> dict[str, Any]:
+        return self.load(name).to_dict()
+
+
+def _measures(run: RunData, gates_file: GatesFile | None) -> dict[str, float]:
+    settings = gates_file.settings if gates_file is not None else Settings()
+    slos = gates_file.slos if gates_file is not None else Slos()
+    wanted: list[tuple[str, str, str, Scope, Slos, float | None]] = []
+    for profile in run.profiles:
+        wanted += [(profile, metric, stat, Scope(), slos, None) for metric, stat in _STANDARD]
+        for gate in gates_file.gates if gates_file is not None else ():
+            if gate.scope.profile is None or profile in gate.scope.profile:
+                warmup = (
+                    gate.warmup_seconds
+                    if gate.warmup_seconds is not None
+                    else settings.warmup_seconds
+                )
+                wanted.append(
+                    (profile, gate.metric, gate.statistic, gate.scope, gate.slos or slos, warmup)
+                )
+    measures: dict[str, float] = {}
+    for profile, metric, statistic, scope, gate_slos, warmup in wanted:
+        key = measure_key(profile, metric, statistic, scope)
+        if key in measures:
+            continue
+        measurement = derive.measure(
+            run.profiles[profile],
+            metric,
+            statistic,
+            scope,
+            slos=gate_slos,
+            settings=settings,
+            warmup_seconds=warmup,
+        )
+        value = point_value(measurement, statistic)
+        if value is not None:
+            measures[key] = value
+    return measures

@@ -1,0 +1,76 @@
+"""`batchgate baseline save RUN_DIR --name N | list | show N`: manage stored baselines."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from pathlib import Path
+
+from rich.console import Console
+
+from gate.baseline import BaselineError, BaselineStore
+from gate.exit_codes import ExitCode
+from gate.gates_file import GatesFile, GatesFileError, load
+from gate.rundir import RunDirError, load_run
+
+__all__ = ["register", "run"]
+
+
+def register(subparsers: argparse._SubParsersAction) -> None:
+    parser = subparsers.add_parser(
+        "baseline",
+        help="save, list or show baselines for regression gates",
+        description="Baselines hold a run's statistics and provenance (default store "
+        ".batchgate/baselines under the current directory).",
+    )
+    parser.add_argument("--dir", metavar="DIR", help="baseline store directory")
+    actions = parser.add_subparsers(dest="action", metavar="ACTION")
+    save = actions.add_parser("save", help="save a run as a baseline")
+    save.add_argument("run_dir", metavar="RUN_DIR")
+    save.add_argument("--name", required=True)
+    save.add_argument(
+        "--gates", metavar="FILE", help="also store every statistic this gates file uses"
+    )
+    save.add_argument("--force", action="store_true", help="replace an existing baseline")
+    actions.add_parser("list", help="list baselines")
+    show = actions.add_parser("show", help="show one baseline")
+    show.add_argument("name")
+    parser.set_defaults(func=run)
+
+
+def run(args: argparse.Namespace) -> int:
+    out = Console(highlight=False)
+    store = BaselineStore(args.dir)
+    try:
+        if args.action == "save":
+            gates_file = load(args.gates) if args.gates else _default_gates()
+            baseline = store.save(
+                load_run(args.run_dir), args.name, gates_file=gates_file, overwrite=args.force
+            )
+            out.print(
+                f"saved baseline {baseline.name!r}: {len(baseline.measures)} statistics, "
+                f"profiles {', '.join(baseline.provenance) or 'none'} -> {store.root}",
+                markup=False,
+            )
+            return int(ExitCode.PASSED)
+        if args.action == "list":
+            names = store.list()
+            out.print("\n".join(names) if names else f"no baselines in {store.root}", markup=False)
+            return int(ExitCode.PASSED)
+        if args.action == "show":
+            out.print(json.dumps(store.show(args.name), indent=2, sort_keys=True), markup=False)
+            return int(ExitCode.PASSED)
+    except GatesFileError as exc:
+        print(f"batchgate baseline: {exc}", file=sys.stderr)
+        return int(ExitCode.INVALID_GATES)
+    except (BaselineError, RunDirError) as exc:
+        print(f"batchgate baseline: {exc}", file=sys.stderr)
+        return int(ExitCode.USAGE)
+    print("batchgate baseline: choose save, list or show", file=sys.stderr)
+    return int(ExitCode.USAGE)
+
+
+def _default_gates() -> GatesFile | None:
+    path = Path("gates.yaml")
+    return load(path) if path.exists() else None

@@ -1,0 +1,363 @@
+"""The metric glossary of DESIGN.md §5 as data: every gateable metric's name and what fits it.
+
+Owns, per metric: where it is measured (client / server / gpu / run), what shape its data has
+(per-event samples, per-request events, a time series, a counter, one value per window), the
+unit it is measured in, which statistics fit it and which scope keys apply. It does not know how
+values are computed (`gate.derive`) or judged (`gate.evaluate`).
+"""
+
+from __future__ import annotations
+
+import difflib
+import enum
+from collections.abc import Mapping
+from dataclasses import dataclass
+from types import MappingProxyType
+
+from gate.units import UnitKind
+
+__all__ = [
+    "METRICS",
+    "PERCENTILES",
+    "SCOPE_KEYS",
+    "STATISTICS",
+    "Metric",
+    "Shape",
+    "Source",
+    "UnknownMetricError",
+    "get_metric",
+    "statistic_unit",
+]
+
+
+class UnknownMetricError(KeyError):
+    """A metric name that is not in the glossary; the message suggests the nearest names."""
+
+    def __str__(self) -> str:
+        return str(self.args[0])
+
+
+class Source(str, enum.Enum):
+    CLIENT = "client"
+    SERVER = "server"
+    GPU = "gpu"
+    RUN = "run"
+
+
+class Shape(str, enum.Enum):
+    SAMPLES = "samples"  # one value per event (request, token gap, step): percentiles fit
+    EVENTS = "events"  # a yes/no per request: count, rate, mean (= share of requests)
+    SERIES = "series"  # sampled over time: peak, mean, final
+    COUNTER = "counter"  # monotonically increasing total: delta, rate
+    SCALAR = "scalar"  # one value for the window
+
+
+PERCENTILES: Mapping[str, float] = MappingProxyType(
+    {"p50": 0.50, "p75": 0.75, "p90": 0.90, "p95": 0.95, "p99": 0.99, "p999": 0.999}
+)
+STATISTICS = (*PERCENTILES, "max", "mean", "rate", "count", "peak", "delta", "final")
+SCOPE_KEYS = ("profile", "stage", "priority", "length_class", "endpoint")
+
+_SAMPLE_STATS = (*PERCENTILES, "max", "mean")
+_CLIENT_SCOPES = frozenset(SCOPE_KEYS)
+_WINDOW_SCOPES = frozenset({"profile", "stage"})
+_PROFILE_SCOPE = frozenset({"profile"})
+
+
+@dataclass(frozen=True, kw_only=True)
+class Metric:
+    name: str
+    source: Source
+    shape: Shape
+    unit: UnitKind
+    statistics: tuple[str, ...]
+    scopes: frozenset[str]
+    description: str
+    # Histogram name in scrapes.jsonl that estimates this metric when exact samples are absent.
+    histogram: str | None = None
+    higher_is_better: bool = False
+
+    @property
+    def default_statistic(self) -> str | None:
+        return self.statistics[0] if len(self.statistics) == 1 else None
+
+
+def _m(**kwargs: object) -> Metric:
+    return Metric(**kwargs)  # type: ignore[arg-type]
+
+
+_ALL = (
+    _m(
+        name="ttft",
+        source=Source.CLIENT,
+        shape=Shape.SAMPLES,
+        unit=UnitKind.DURATION,
+        statistics=_SAMPLE_STATS,
+        scopes=_CLIENT_SCOPES,
+        description="request sent -> first chunk carrying generated content",
+    ),
+    _m(
+        name="ttft_from_planned",
+        source=Source.CLIENT,
+        shape=Shape.SAMPLES,
+        unit=UnitKind.DURATION,
+        statistics=_SAMPLE_STATS,
+        scopes=_CLIENT_SCOPES,
+        description="planned send time -> first content chunk (exposes client lag)",
+    ),
+    _m(
+        name="e2e",
+        source=Source.CLIENT,
+        shape=Shape.SAMPLES,
+        unit=UnitKind.DURATION,
+        statistics=_SAMPLE_STATS,
+        scopes=_CLIENT_SCOPES,
+        description="request sent -> end of stream, ok requests only",
+    ),
+    _m(
+        name="e2e_from_planned",
+        source=Source.CLIENT,
+        shape=Shape.SAMPLES,
+        unit=UnitKind.DURATION,
+        statistics=_SAMPLE_STATS,
+        scopes=_CLIENT_SCOPES,
+        description="planned send time -> end of stream, ok requests only",
+    ),
+    _m(
+        name="itl",
+        source=Source.CLIENT,
+        shape=Shape.SAMPLES,
+        unit=UnitKind.DURATION,
+        statistics=_SAMPLE_STATS,
+        scopes=_CLIENT_SCOPES,
+        description="gaps between content chunks, per token, pooled over requests",
+    ),
+    _m(
+        name="tpot",
+        source=Source.CLIENT,
+        shape=Shape.SAMPLES,
+        unit=UnitKind.DURATION,
+        statistics=_SAMPLE_STATS,
+        scopes=_CLIENT_SCOPES,
+        description="per request (done - first token) / (output_tokens - 1)",
+    ),
+    _m(
+        name="schedule_lag",
+        source=Source.CLIENT,
+        shape=Shape.SAMPLES,
+        unit=UnitKind.DURATION,
+        statistics=_SAMPLE_STATS,
+        scopes=_CLIENT_SCOPES,
+        description="sent_at - planned_at: how late the client sent",
+    ),
+    _m(
+        name="goodput",
+        source=Source.CLIENT,
+        shape=Shape.EVENTS,
+        unit=UnitKind.RATIO,
+        statistics=("mean", "rate", "count"),
+        scopes=_CLIENT_SCOPES,
+        higher_is_better=True,
+        description="ok requests meeting every per-request SLO, over all requests",
+    ),
+    _m(
+        name="errors",
+        source=Source.CLIENT,
+        shape=Shape.EVENTS,
+        unit=UnitKind.RATIO,
+        statistics=("mean", "rate", "count"),
+        scopes=_CLIENT_SCOPES,
+        description="requests whose status is not ok (mean = error rate)",
+    ),
+    _m(
+        name="http_5xx",
+        source=Source.CLIENT,
+        shape=Shape.EVENTS,
+        unit=UnitKind.RATIO,
+        statistics=("mean", "rate", "count"),
+        scopes=_CLIENT_SCOPES,
+        description="responses with an HTTP status of 500..599",
+    ),
+    _m(
+        name="requests",
+        source=Source.CLIENT,
+        shape=Shape.EVENTS,
+        unit=UnitKind.RATIO,
+        statistics=("rate", "count", "mean"),
+        scopes=_CLIENT_SCOPES,
+        higher_is_better=True,
+        description="ok requests: throughput (rate) or share of all requests (mean)",
+    ),
+    _m(
+        name="output_tokens",
+        source=Source.CLIENT,
+        shape=Shape.EVENTS,
+        unit=UnitKind.COUNT,
+        statistics=("rate", "count", "mean"),
+        scopes=_CLIENT_SCOPES,
+        higher_is_better=True,
+        description="output tokens of ok requests: tokens/s (rate), total, mean per request",
+    ),
+    _m(
+        name="recovery_time",
+        source=Source.CLIENT,
+        shape=Shape.SCALAR,
+        unit=UnitKind.DURATION,
+        statistics=("final",),
+        scopes=_PROFILE_SCOPE,
+        description="end of the spike stage -> rolling p99 TTFT back within a factor of before",
+    ),
+    _m(
+        name="step_latency",
+        source=Source.SERVER,
+        shape=Shape.SAMPLES,
+        unit=UnitKind.DURATION,
+        statistics=_SAMPLE_STATS,
+        scopes=_WINDOW_SCOPES,
+        histogram="step_duration_seconds",
+        description="wall time of one engine step (exact from steps, else histogram estimate)",
+    ),
+    _m(
+        name="server_ttft",
+        source=Source.SERVER,
+        shape=Shape.SAMPLES,
+        unit=UnitKind.DURATION,
+        statistics=(*PERCENTILES, "mean"),
+        scopes=_WINDOW_SCOPES,
+        histogram="ttft_seconds",
+        description="server-side time to first token (histogram estimate)",
+    ),
+    _m(
+        name="recompute_ratio",
+        source=Source.SERVER,
+        shape=Shape.SCALAR,
+        unit=UnitKind.RATIO,
+        statistics=("final",),
+        scopes=_WINDOW_SCOPES,
+        description="prefill tokens recomputed after preemption / all prefill tokens",
+    ),
+    _m(
+        name="preemptions",
+        source=Source.SERVER,
+        shape=Shape.COUNTER,
+        unit=UnitKind.COUNT,
+        statistics=("delta", "rate"),
+        scopes=_WINDOW_SCOPES,
+        description="preemptions in the window",
+    ),
+    _m(
+        name="preemptions_per_request",
+        source=Source.SERVER,
+        shape=Shape.SCALAR,
+        unit=UnitKind.COUNT,
+        statistics=("final",),
+        scopes=_WINDOW_SCOPES,
+        description="preemptions in the window / requests sent in it",
+    ),
+    _m(
+        name="kv_usage",
+        source=Source.SERVER,
+        shape=Shape.SERIES,
+        unit=UnitKind.RATIO,
+        statistics=("peak", "mean", "final"),
+        scopes=_WINDOW_SCOPES,
+        description="used KV blocks / total KV blocks",
+    ),
+    _m(
+        name="kv_leak_after_drain",
+        source=Source.SERVER,
+        shape=Shape.SCALAR,
+        unit=UnitKind.COUNT,
+        statistics=("final",),
+        scopes=_PROFILE_SCOPE,
+        description="KV blocks still in use once the load ended and nothing is in flight",
+    ),
+    _m(
+        name="queue_length",
+        source=Source.SERVER,
+        shape=Shape.SERIES,
+        unit=UnitKind.COUNT,
+        statistics=("peak", "mean", "final"),
+        scopes=frozenset({"profile", "stage", "priority"}),
+        description="waiting requests (per priority class with a priority scope)",
+    ),
+    _m(
+        name="running_requests",
+        source=Source.SERVER,
+        shape=Shape.SERIES,
+        unit=UnitKind.COUNT,
+        statistics=("peak", "mean", "final"),
+        scopes=frozenset({"profile", "stage", "priority"}),
+        description="requests in the running batch",
+    ),
+    _m(
+        name="memory_used",
+        source=Source.GPU,
+        shape=Shape.SERIES,
+        unit=UnitKind.BYTES,
+        statistics=("peak", "mean", "final"),
+        scopes=_WINDOW_SCOPES,
+        description="device memory used (NVML), or the server's resident memory without a GPU",
+    ),
+    _m(
+        name="gpu_utilization",
+        source=Source.GPU,
+        shape=Shape.SERIES,
+        unit=UnitKind.RATIO,
+        statistics=("mean", "peak"),
+        scopes=_WINDOW_SCOPES,
+        description="NVML utilization",
+    ),
+    _m(
+        name="measurement_valid",
+        source=Source.RUN,
+        shape=Shape.SCALAR,
+        unit=UnitKind.COUNT,
+        statistics=("final",),
+        scopes=_PROFILE_SCOPE,
+        description="1 when load.json says measurement_valid and the run completed, else 0",
+    ),
+    _m(
+        name="client_cpu",
+        source=Source.RUN,
+        shape=Shape.SCALAR,
+        unit=UnitKind.RATIO,
+        statistics=("mean", "max"),
+        scopes=_PROFILE_SCOPE,
+        description="load process CPU, fraction of one core (load.json)",
+    ),
+    _m(
+        name="achieved_rate",
+        source=Source.RUN,
+        shape=Shape.SCALAR,
+        unit=UnitKind.RATE,
+        statistics=("final",),
+        scopes=_PROFILE_SCOPE,
+        higher_is_better=True,
+        description="sent requests / window length (load.json)",
+    ),
+)
+
+METRICS: Mapping[str, Metric] = MappingProxyType({m.name: m for m in _ALL})
+
+
+def get_metric(name: str) -> Metric:
+    """The glossary entry for `name`, or UnknownMetricError naming the closest ones."""
+    try:
+        return METRICS[name]
+    except KeyError:
+        close = difflib.get_close_matches(name, list(METRICS), n=3)
+        hint = f"; did you mean {', '.join(close)}?" if close else ""
+        raise UnknownMetricError(
+            f"unknown metric {name!r}{hint} (glossary: {', '.join(METRICS)})"
+        ) from None
+
+
+def statistic_unit(metric: Metric, statistic: str) -> UnitKind:
+    """The unit a statistic of a metric is measured in: counts and rates change the unit."""
+    if metric.shape in (Shape.EVENTS, Shape.COUNTER):
+        if statistic in ("count", "delta"):
+            return UnitKind.COUNT
+        if statistic == "rate":
+            return UnitKind.RATE
+    return metric.unit

@@ -1,0 +1,310 @@
+"""Fast reader of `requests.jsonl` (docs/records.md) into numpy columns.
+
+Owns turning request records into arrays: times as float64 seconds (NaN for null), categorical
+fields (status, stage, priority, length class, endpoint) as small integer codes with their names,
+and per-token ITL gaps (computed block by block through `gate.derive.itl_gaps`, so a million
+records with 32 chunks each never exist as Python floats all at once). It tolerates a partial
+final line and reports it; any other unreadable line is a RecordsError with its line number. It
+does not know what the columns mean for a gate.
+"""
+
+from __future__ import annotations
+
+import gc
+import itertools
+from dataclasses import dataclass
+from operator import itemgetter
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import orjson
+
+from gate.derive import itl_gaps
+
+__all__ = ["Categorical", "RecordsError", "RequestColumns", "read_requests"]
+
+_BLOCK_BYTES = 16 * 1024 * 1024
+_FLOAT_FIELDS = (
+    "planned_at",
+    "sent_at",
+    "first_token_at",
+    "done_at",
+    "prompt_tokens",
+    "output_tokens",
+    "http_status",
+)
+_CATEGORICAL_FIELDS = ("status", "stage", "priority", "length_class")
+_get_floats = itemgetter(*_FLOAT_FIELDS)
+_get_categoricals = itemgetter(*_CATEGORICAL_FIELDS)
+_get_chunk_times = itemgetter("chunk_times")
+_get_chunk_tokens = itemgetter("chunk_tokens")
+
+
+class RecordsError(ValueError):
+    """An unreadable request record; the message names the file and line."""
+
+
+@dataclass(frozen=True, kw_only=True)
+class Categorical:
+    """Integer codes (int16) plus the names they stand for."""
+
+    codes: np.ndarray
+    names: tuple[str, ...]
+
+    def mask(self, allowed: tuple[str, ...] | None) -> np.ndarray | None:
+        """Boolean mask of rows whose value is in `allowed` (None: no restriction)."""
+        if allowed is None:
+            return None
+        wanted = [i for i, name in enumerate(self.names) if name in allowed]
+        return np.isin(self.codes, wanted)
+
+    def equals(self, name: str) -> np.ndarray:
+        if name not in self.names:
+            return np.zeros(len(self.codes), dtype=bool)
+        return self.codes == self.names.index(name)
+
+
+@dataclass(frozen=True, kw_only=True)
+class RequestColumns:
+    """One entry per request record; `itl_seconds` holds per-token gaps of all requests."""
+
+    path: str
+    planned_at: np.ndarray
+    sent_at: np.ndarray
+    first_token_at: np.ndarray
+    done_at: np.ndarray
+    prompt_tokens: np.ndarray
+    output_tokens: np.ndarray
+    http_status: np.ndarray
+    status: Categorical
+    stage: Categorical
+    priority: Categorical
+    length_class: Categorical
+    endpoint: Categorical
+    itl_seconds: np.ndarray  # per-token gaps, request after request
+    itl_counts: np.ndarray  # number of entries of itl_seconds per request (int64)
+    partial_last_line: bool = False
+
+    @property
+    def n(self) -> int:
+        return len(self.planned_at)
+
+
+class _Codes:
+    def __init__(self) -> None:
+        self.table: dict[str, int] = {}
+        self.parts: list[np.ndarray] = []
+
+    def add(self, values: Any) -> None:
+        table = self.table
+        for name in dict.fromkeys(values):  # the few distinct names, in C
+            table.setdefault(name, len(table))
+        codes = np.fromiter(map(table.__getitem__, values), dtype=np.int16, count=len(values))
+        self.parts.append(codes)
+
+    def build(self) -> Categorical:
+        codes = np.concatenate(self.parts) if self.parts else np.zeros(0, dtype=np.int16)
+        return Categorical(codes=codes, names=tuple(str(k) for k in self.table))
+
+
+_CACHE_VERSION = 2
+_ARRAY_FIELDS = (*_FLOAT_FIELDS, "itl_seconds", "itl_counts")
+
+
+def _cache_dir(path: Path) -> Path:
+    return path.with_name(f".{path.name}.columns")
+
+
+def _source_key(path: Path) -> dict[str, int]:
+    stat = path.stat()
+    return {"version": _CACHE_VERSION, "size": stat.st_size, "mtime_ns": stat.st_mtime_ns}
+
+
+def _load_cache(path: Path) -> RequestColumns | None:
+    directory = _cache_dir(path)
+    try:
+        meta = orjson.loads((directory / "meta.json").read_bytes())
+        if meta.get("source") != _source_key(path):
+            return None
+        # Memory-mapped: a re-check of a big run reads only the pages a gate touches.
+        arrays = {name: np.load(directory / f"{name}.npy", mmap_mode="r") for name in _ARRAY_FIELDS}
+        categoricals = {
+            name: Categorical(
+                codes=np.load(directory / f"{name}.npy"), names=tuple(meta["names"][name])
+            )
+            for name in (*_CATEGORICAL_FIELDS, "endpoint")
+        }
+    except (OSError, ValueError, KeyError, orjson.JSONDecodeError):
+        return None
+    return RequestColumns(
+        path=str(path), **arrays, **categoricals, partial_last_line=meta["partial"]
+    )
+
+
+def _save_cache(path: Path, columns: RequestColumns) -> None:
+    directory = _cache_dir(path)
+    try:
+        directory.mkdir(exist_ok=True)
+        for name in _ARRAY_FIELDS:
+            np.save(directory / f"{name}.npy", getattr(columns, name))
+        for name in (*_CATEGORICAL_FIELDS, "endpoint"):
+            np.save(directory / f"{name}.npy", getattr(columns, name).codes)
+        meta = {
+            "source": _source_key(path),
+            "partial": columns.partial_last_line,
+            "names": {
+                n: list(getattr(columns, n).names) for n in (*_CATEGORICAL_FIELDS, "endpoint")
+            },
+        }
+        (directory / "meta.json").write_bytes(orjson.dumps(meta))  # written last: marks complete
+    except OSError:
+        pass  # a read-only run directory just stays uncached
+
+
+def read_requests(path: str | Path, *, cache: bool = False) -> RequestColumns:
+    """Read one requests.jsonl; raises RecordsError (with line number) on a corrupt line.
+
+    With `cache`, columns are kept next to the file (`.requests.jsonl.columns/`, keyed by the
+    file's size and mtime) and reused, memory-mapped, while the file is unchanged. Only use it for
+    a finished file: one still being written would be re-parsed on every call.
+    """
+    path = Path(path)
+    if cache:
+        cached = _load_cache(path)
+        if cached is not None:
+            return cached
+        columns = read_requests(path)
+        _save_cache(path, columns)
+        return columns
+    # Parsing creates millions of short-lived containers; the cyclic collector would rescan
+    # them over and over (it doubles the parse time) and none of them form cycles.
+    was_enabled = gc.isenabled()
+    gc.disable()
+    try:
+        return _read(path)
+    finally:
+        if was_enabled:
+            gc.enable()
+
+
+def _read(path: Path) -> RequestColumns:
+    floats: list[np.ndarray] = []
+    itl_parts: list[np.ndarray] = []
+    count_parts: list[np.ndarray] = []
+    categoricals = {name: _Codes() for name in (*_CATEGORICAL_FIELDS, "endpoint")}
+    partial = False
+    first_line = 1
+    try:
+        handle = path.open("rb")
+    except OSError as exc:
+        raise RecordsError(f"{path}: cannot read: {exc}") from None
+    with handle:
+        pending = handle.readlines(_BLOCK_BYTES)
+        while pending:
+            lines = pending
+            pending = handle.readlines(_BLOCK_BYTES)
+            if not pending and lines and not lines[-1].endswith(b"\n"):
+                # A writer killed mid-line leaves this; records.md says skip it and say so.
+                try:
+                    orjson.loads(lines[-1])
+                except orjson.JSONDecodeError:
+                    lines = lines[:-1]
+                    partial = True
+            objects = _parse_block(lines, path, first_line)
+            first_line += len(lines)
+            if not objects:
+                continue
+            try:
+                floats.append(np.array(list(map(_get_floats, objects)), dtype=np.float64))
+                cats = list(zip(*map(_get_categoricals, objects), strict=True))
+                for name, values in zip(_CATEGORICAL_FIELDS, cats, strict=True):
+                    categoricals[name].add(values)
+                categoricals["endpoint"].add([o.get("endpoint", "chat") for o in objects])
+                chunk_times = list(map(_get_chunk_times, objects))
+                chunk_tokens = list(map(_get_chunk_tokens, objects))
+            except (KeyError, TypeError, ValueError) as exc:
+                raise _locate_bad_record(objects, path, first_line - len(lines), exc) from None
+            try:
+                gaps, counts = _block_itl(chunk_times, chunk_tokens)
+            except (RecordsError, TypeError, ValueError) as exc:
+                start = first_line - len(lines)
+                raise RecordsError(f"{path}: records from line {start}: {exc}") from None
+            itl_parts.append(gaps)
+            count_parts.append(counts)
+    table = np.concatenate(floats) if floats else np.zeros((0, len(_FLOAT_FIELDS)))
+    columns = {name: np.ascontiguousarray(table[:, i]) for i, name in enumerate(_FLOAT_FIELDS)}
+    return RequestColumns(
+        path=str(path),
+        **columns,
+        **{name: codes.build() for name, codes in categoricals.items()},
+        itl_seconds=np.concatenate(itl_parts) if itl_parts else np.zeros(0, dtype=np.float32),
+        itl_counts=np.concatenate(count_parts) if count_parts else np.zeros(0, dtype=np.int64),
+        partial_last_line=partial,
+    )
+
+
+def _parse_block(lines: list[bytes], path: Path, first_line: int) -> list[dict[str, Any]]:
+    try:
+        objects = list(map(orjson.loads, lines))
+    except orjson.JSONDecodeError:
+        objects = []
+        for offset, line in enumerate(lines):
+            if not line.strip():
+                continue
+            try:
+                objects.append(orjson.loads(line))
+            except orjson.JSONDecodeError as exc:
+                raise RecordsError(
+                    f"{path}:{first_line + offset}: not a JSON object: {exc}"
+                ) from None
+        return objects
+    # A line that is JSON but not an object fails field extraction with TypeError, which
+    # `_locate_bad_record` turns into a message with its line number.
+    return objects
+
+
+def _locate_bad_record(
+    objects: list[dict[str, Any]], path: Path, first_line: int, exc: Exception
+) -> RecordsError:
+    required = (*_FLOAT_FIELDS, *_CATEGORICAL_FIELDS, "chunk_times", "chunk_tokens")
+    for offset, obj in enumerate(objects):
+        if not isinstance(obj, dict):
+            return RecordsError(f"{path}:{first_line + offset}: expected a JSON object")
+        for name in required:
+            if name not in obj:
+                return RecordsError(f"{path}:{first_line + offset}: missing field {name!r}")
+        for name in _FLOAT_FIELDS:
+            value = obj[name]
+            if value is not None and (
+                isinstance(value, bool) or not isinstance(value, (int, float))
+            ):
+                return RecordsError(
+                    f"{path}:{first_line + offset}: {name} must be a number or null"
+                )
+        for name in _CATEGORICAL_FIELDS:
+            if not isinstance(obj[name], str):
+                return RecordsError(f"{path}:{first_line + offset}: {name} must be a string")
+    return RecordsError(f"{path}: unreadable records near line {first_line}: {exc}")
+
+
+def _block_itl(
+    chunk_times: list[list[float]], chunk_tokens: list[list[int]]
+) -> tuple[np.ndarray, np.ndarray]:
+    num_chunks = np.fromiter(map(len, chunk_times), dtype=np.int64, count=len(chunk_times))
+    total = int(num_chunks.sum())
+    times = np.fromiter(itertools.chain.from_iterable(chunk_times), dtype=np.float64, count=total)
+    token_lengths = np.fromiter(map(len, chunk_tokens), dtype=np.int64, count=len(chunk_tokens))
+    if not np.array_equal(token_lengths, num_chunks):
+        raise RecordsError("chunk_tokens must have the same length as chunk_times in every record")
+    # Equal sums mean one token per chunk unless a zero-token chunk pairs with a multi-token one,
+    # which a content chunk (it carries generated text) cannot be.
+    token_sums = np.fromiter(map(sum, chunk_tokens), dtype=np.float64, count=len(chunk_tokens))
+    if np.array_equal(token_sums, num_chunks):
+        # Every chunk carries one token (the common streaming case): skip flattening them.
+        tokens = None
+    else:
+        tokens = np.fromiter(
+            itertools.chain.from_iterable(chunk_tokens), dtype=np.int64, count=total
+        )
+    return itl_gaps(times, tokens, num_chunks)

@@ -1,0 +1,248 @@
+"""Reading a run directory (DESIGN.md §4, docs/records.md) into `RunData`.
+
+Owns locating profiles (a run directory with `manifest.json` and one sub-directory per profile,
+or a single `batchgate load --out DIR` directory), reading `manifest.json`, `load.json`, and the
+observer files (`steps.jsonl` as columns, `scrapes.jsonl` and `gpu.jsonl` as records), and noting
+what was odd (partial last lines, missed step records, missing files) so verdicts can say so.
+It does not judge anything: a missing file is recorded, not treated as a failure, here.
+"""
+
+from __future__ import annotations
+
+import gc
+from dataclasses import dataclass, field
+from operator import itemgetter
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import orjson
+
+from gate.records import RecordsError, RequestColumns, read_requests
+
+__all__ = ["ProfileData", "RunData", "RunDirError", "StepColumns", "load_run", "provenance"]
+
+_STEP_FIELDS = (
+    "t",
+    "duration_seconds",
+    "num_prefill_tokens",
+    "num_recomputed_tokens",
+    "num_preemptions",
+    "num_kv_blocks_used",
+    "num_kv_blocks_total",
+)
+
+
+class RunDirError(ValueError):
+    """A run directory that cannot be read at all (the message says which file and why)."""
+
+
+@dataclass(frozen=True, kw_only=True)
+class StepColumns:
+    """steps.jsonl as arrays (`t` is wall-clock seconds); per-class gauges keyed by class."""
+
+    t: np.ndarray
+    duration_seconds: np.ndarray
+    num_prefill_tokens: np.ndarray
+    num_recomputed_tokens: np.ndarray
+    num_preemptions: np.ndarray
+    num_kv_blocks_used: np.ndarray
+    num_kv_blocks_total: np.ndarray
+    num_waiting: dict[str, np.ndarray]
+    num_running: dict[str, np.ndarray]
+    missed_records: int = 0
+
+
+@dataclass(frozen=True, kw_only=True)
+class ProfileData:
+    name: str
+    directory: str
+    load: dict[str, Any] | None
+    requests: RequestColumns | None
+    steps: StepColumns | None
+    scrapes: list[dict[str, Any]] | None
+    gpu: list[dict[str, Any]] | None
+    notes: tuple[str, ...] = ()
+
+    def to_wall(self, monotonic_seconds: float) -> float | None:
+        """Convert a request-record time to the observers' wall clock (None without anchor)."""
+        clock = (self.load or {}).get("clock") or {}
+        mono, wall = clock.get("monotonic_at_start"), clock.get("wall_at_start")
+        if not isinstance(mono, (int, float)) or not isinstance(wall, (int, float)):
+            return None
+        return float(monotonic_seconds) - float(mono) + float(wall)
+
+
+@dataclass(frozen=True, kw_only=True)
+class RunData:
+    path: str
+    manifest: dict[str, Any] | None
+    profiles: dict[str, ProfileData]
+    notes: tuple[str, ...] = field(default=())
+
+
+def _read_json(path: Path) -> dict[str, Any] | None:
+    if not path.exists():
+        return None
+    try:
+        data = orjson.loads(path.read_bytes())
+    except (OSError, orjson.JSONDecodeError) as exc:
+        raise RunDirError(f"{path}: not readable JSON: {exc}") from None
+    if not isinstance(data, dict):
+        raise RunDirError(f"{path}: expected a JSON object")
+    return data
+
+
+def _read_jsonl(path: Path, notes: list[str]) -> list[dict[str, Any]] | None:
+    if not path.exists():
+        return None
+    lines = [line for line in path.read_bytes().split(b"\n") if line.strip()]
+    try:
+        records = list(map(orjson.loads, lines))
+    except orjson.JSONDecodeError:
+        records = []
+        for number, line in enumerate(lines, start=1):
+            try:
+                records.append(orjson.loads(line))
+            except orjson.JSONDecodeError:
+                if number == len(lines) and not path.read_bytes().endswith(b"\n"):
+                    notes.append(f"{path.name}: skipped a partial last line")  # writer stopped
+                    continue
+                raise RunDirError(f"{path}: record {number}: not a JSON object") from None
+    if any(not isinstance(r, dict) for r in records):
+        raise RunDirError(f"{path}: every line must be a JSON object")
+    return records
+
+
+_get_step_fields = itemgetter(*_STEP_FIELDS)
+
+
+def _steps(path: Path, notes: list[str]) -> StepColumns | None:
+    records = _read_jsonl(path, notes)
+    if records is None:
+        return None
+    try:
+        try:
+            rows = list(map(_get_step_fields, records))
+        except KeyError:
+            rows = [tuple(r.get(k) for k in _STEP_FIELDS) for r in records]
+        table = np.array(rows, dtype=np.float64).reshape(len(records), len(_STEP_FIELDS))
+    except (TypeError, ValueError) as exc:
+        raise RunDirError(f"{path}: step fields must be numbers: {exc}") from None
+    seq = np.array([r.get("seq", np.nan) for r in records], dtype=np.float64)
+    gaps = np.diff(seq[~np.isnan(seq)])
+    missed = int(np.sum(gaps[gaps > 1] - 1)) if len(gaps) else 0
+    if missed:
+        notes.append(f"steps.jsonl: {missed} step records missed (server ring buffer overflowed)")
+    per_class: dict[str, dict[str, np.ndarray]] = {}
+    for key in ("num_waiting", "num_running"):
+        gauges = [r.get(key) or {} for r in records]
+        classes = sorted(set().union(*gauges))
+        per_class[key] = {
+            c: np.array([g.get(c, 0) for g in gauges], dtype=np.float64) for c in classes
+        }
+    columns = {name: table[:, i] for i, name in enumerate(_STEP_FIELDS)}
+    return StepColumns(
+        **columns,
+        num_waiting=per_class["num_waiting"],
+        num_running=per_class["num_running"],
+        missed_records=missed,
+    )
+
+
+def _profile(name: str, directory: Path, *, cache: bool) -> ProfileData:
+    notes: list[str] = []
+    load = _read_json(directory / "load.json")
+    requests = None
+    requests_path = directory / "requests.jsonl"
+    if requests_path.exists():
+        try:
+            # Cache columns only once the profile finished (load.json written).
+            requests = read_requests(requests_path, cache=cache and load is not None)
+        except RecordsError as exc:
+            raise RunDirError(str(exc)) from None
+        if requests.partial_last_line:
+            notes.append("requests.jsonl: skipped a partial last line")
+    else:
+        notes.append("requests.jsonl missing")
+    if load is None:
+        notes.append("load.json missing")
+    steps = _steps(directory / "steps.jsonl", notes)
+    scrapes = _read_jsonl(directory / "scrapes.jsonl", notes)
+    gpu = _read_jsonl(directory / "gpu.jsonl", notes)
+    return ProfileData(
+        name=name,
+        directory=str(directory),
+        load=load,
+        requests=requests,
+        steps=steps,
+        scrapes=scrapes,
+        gpu=gpu,
+        notes=tuple(notes),
+    )
+
+
+def _is_profile_dir(path: Path) -> bool:
+    return (path / "load.json").exists() or (path / "requests.jsonl").exists()
+
+
+def load_run(path: str | Path, *, cache: bool = True) -> RunData:
+    """Read a run directory; raises RunDirError when it is not one or a file is corrupt.
+
+    `cache` keeps parsed request columns beside each finished requests.jsonl (see
+    `gate.records.read_requests`) so re-checking a large run does not parse it again.
+    """
+    root = Path(path)
+    if not root.is_dir():
+        raise RunDirError(f"{root}: not a directory")
+    manifest = _read_json(root / "manifest.json")
+    notes: list[str] = []
+    if _is_profile_dir(root):
+        load = _read_json(root / "load.json") or {}
+        name = str(load.get("profile") or root.name)
+        directories = {name: root}
+    else:
+        listed = list(((manifest or {}).get("profiles") or {}).keys())
+        found = sorted(p.name for p in root.iterdir() if p.is_dir() and _is_profile_dir(p))
+        for missing in (n for n in listed if n not in found):
+            notes.append(f"profile {missing!r} is in manifest.json but has no records")
+        directories = {n: root / n for n in [*found, *(n for n in listed if n not in found)]}
+        if not directories:
+            raise RunDirError(f"{root}: no profile directories (no load.json or requests.jsonl)")
+    if manifest is None:
+        notes.append("manifest.json missing: provenance unknown")
+    was_enabled = gc.isenabled()
+    gc.disable()  # see gate.records: parsing builds many acyclic containers
+    try:
+        profiles = {name: _profile(name, d, cache=cache) for name, d in directories.items()}
+    finally:
+        if was_enabled:
+            gc.enable()
+    return RunData(path=str(root), manifest=manifest, profiles=profiles, notes=tuple(notes))
+
+
+def provenance(run: RunData, profile: str) -> dict[str, str | None]:
+    """What a baseline must share with a run to be comparable (see gates.yaml baseline_match)."""
+    manifest = run.manifest or {}
+    target = manifest.get("target") or {}
+    hardware = manifest.get("hardware") or {}
+    load = (run.profiles.get(profile).load if profile in run.profiles else None) or {}
+    profile_entry = (manifest.get("profiles") or {}).get(profile) or {}
+
+    def text(value: Any) -> str | None:
+        return None if value is None else str(value)
+
+    hardware_text = None
+    if hardware:
+        hardware_text = (
+            f"{hardware.get('cpu')} x{hardware.get('cpu_count')} / gpu {hardware.get('gpu')}"
+        )
+    return {
+        "server_kind": text(target.get("server_kind")),
+        # records.md has no target version yet; read one if the runner writes it.
+        "server_version": text(target.get("version") or target.get("server_version")),
+        "model": text(target.get("model")),
+        "batching_hash": text(target.get("batching_hash")),
+        "profile_hash": text(profile_entry.get("params_hash") or load.get("params_hash")),
+        "hardware": hardware_text,
+    }

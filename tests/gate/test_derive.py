@@ -1,0 +1,169 @@
+"""One formula each (docs/records.md): derived values on hand-made records."""
+
+import numpy as np
+import pytest
+from gatecore_synth import WALL0, request_records, step_records, write_profile
+
+from gate.derive import Events, Histogram, NoData, Samples, Scalar, Series, measure
+from gate.gates_file import Scope, Settings, Slos
+from gate.rundir import load_run
+
+
+def _measure(tmp_path, metric, statistic="p99", scope=Scope(), slos=Slos(), **kwargs):
+    run = load_run(tmp_path)
+    profile = next(iter(run.profiles.values()))
+    return measure(
+        profile,
+        metric,
+        statistic,
+        scope,
+        slos=slos,
+        settings=kwargs.pop("settings", Settings()),
+        warmup_seconds=None,
+    )
+
+
+def test_client_latency_formulas(tmp_path):
+    records = request_records(3, ttft_seconds=[0.1, 0.2, 0.3], chunks=5, itl_seconds=0.02)
+    records[2]["status"] = "http_error"
+    write_profile(tmp_path, "steady", records)
+    assert _measure(tmp_path, "ttft").values == pytest.approx([0.1, 0.2, 0.3])
+    assert _measure(tmp_path, "ttft_from_planned").values == pytest.approx([0.1005, 0.2005, 0.3005])
+    assert _measure(tmp_path, "e2e").values == pytest.approx([0.1 + 0.081, 0.2 + 0.081])  # ok only
+    assert _measure(tmp_path, "tpot").values == pytest.approx([0.081 / 4, 0.081 / 4])
+    assert _measure(tmp_path, "schedule_lag").values == pytest.approx([0.0005] * 3)
+    # ITL counts every streamed gap, also of a request that failed mid-stream.
+    assert len(_measure(tmp_path, "itl").values) == 12
+
+
+def test_goodput_errors_and_throughput(tmp_path):
+    records = request_records(
+        100,
+        ttft_seconds=np.r_[np.full(90, 0.1), np.full(10, 2.0)],
+        http_status=[200] * 95 + [503] * 5,
+    )
+    for r in records[95:]:
+        r["status"] = "http_error"
+    write_profile(tmp_path, "steady", records)
+    good = _measure(tmp_path, "goodput", "mean", slos=Slos(ttft_seconds=1.0))
+    assert isinstance(good, Events) and (good.hits, good.total) == (90, 100)
+    assert _measure(tmp_path, "http_5xx", "count").hits == 5
+    ok = _measure(tmp_path, "requests", "rate")
+    assert ok.hits == 95 and ok.window_seconds == pytest.approx(0.99)
+    assert _measure(tmp_path, "output_tokens", "count").hits == 95 * 8
+
+
+def test_step_latency_exact_from_steps_and_estimated_from_histograms(tmp_path):
+    write_profile(tmp_path, "steady", request_records(50), steps=step_records([0.01, 0.02, 0.03]))
+    exact = _measure(tmp_path, "step_latency")
+    assert isinstance(exact, Samples) and exact.values == pytest.approx([0.01, 0.02, 0.03])
+    (tmp_path / "steady" / "steps.jsonl").unlink()
+    scrapes = [
+        {
+            "t": WALL0,
+            "phase": "start",
+            "ok": True,
+            "metrics": {
+                "step_duration_seconds": {
+                    "buckets": {"0.01": 1, "0.05": 1, "+Inf": 1},
+                    "sum": 0.005,
+                    "count": 1,
+                }
+            },
+        },
+        {
+            "t": WALL0 + 0.5,
+            "phase": "end",
+            "ok": True,
+            "metrics": {
+                "step_duration_seconds": {
+                    "buckets": {"0.01": 11, "0.05": 91, "+Inf": 101},
+                    "sum": 3.0,
+                    "count": 101,
+                }
+            },
+        },
+    ]
+    write_profile(tmp_path, "steady", request_records(50), scrapes=scrapes)
+    hist = _measure(tmp_path, "step_latency")
+    assert isinstance(hist, Histogram)
+    assert list(hist.cumulative) == [10, 90, 100]
+
+
+def test_server_counters_gauges_and_leak(tmp_path):
+    steps = step_records([0.01] * 4, used=30, total=100)
+    for i, s in enumerate(steps):
+        s.update(num_preemptions=i % 2, num_recomputed_tokens=10, num_prefill_tokens=100)
+    scrapes = [{"t": WALL0 + 5, "phase": "drain", "ok": True, "metrics": {"kv_blocks_used": 3}}]
+    write_profile(tmp_path, "steady", request_records(50), steps=steps, scrapes=scrapes)
+    assert _measure(tmp_path, "recompute_ratio", "final").value == pytest.approx(0.1)
+    assert _measure(tmp_path, "preemptions", "delta").hits == 2
+    assert _measure(tmp_path, "preemptions_per_request", "final").value == pytest.approx(2 / 50)
+    assert _measure(tmp_path, "kv_usage", "peak").values == pytest.approx([0.3] * 4)
+    assert _measure(
+        tmp_path, "queue_length", "peak", scope=Scope(priority=("batch",))
+    ).values == pytest.approx([2] * 4)
+    assert _measure(tmp_path, "queue_length", "peak").values == pytest.approx([3] * 4)
+    assert _measure(tmp_path, "kv_leak_after_drain", "final").value == 3
+
+
+def test_unavailable_metrics_are_no_data_not_zero(tmp_path):
+    scrapes = [
+        {
+            "t": WALL0 + 0.1,
+            "phase": "poll",
+            "ok": True,
+            "metrics": {"kv_usage_ratio": 0.5},
+            "unavailable": ["recomputed_tokens_total"],
+        }
+    ]
+    write_profile(tmp_path, "steady", request_records(50), scrapes=scrapes)
+    missing = _measure(tmp_path, "recompute_ratio", "final")
+    assert (
+        isinstance(missing, NoData) and "does not expose recomputed_tokens_total" in missing.reason
+    )
+    assert isinstance(_measure(tmp_path, "kv_leak_after_drain", "final"), NoData)
+
+
+def test_memory_from_the_sampler_including_the_cpu_fallback(tmp_path):
+    gpu = [
+        {
+            "t": WALL0 + 0.1 * i,
+            "source": "nvml",
+            "device": 0,
+            "memory_used_bytes": 1e9 * (i + 1),
+            "memory_total_bytes": 8e9,
+        }
+        for i in range(4)
+    ]
+    write_profile(tmp_path, "steady", request_records(100), gpu=gpu)
+    memory = _measure(tmp_path, "memory_used", "peak")
+    assert isinstance(memory, Series) and memory.values.max() == 4e9 and memory.totals[0] == 8e9
+    write_profile(
+        tmp_path,
+        "steady",
+        request_records(100),
+        gpu=[{"t": WALL0, "source": "none", "note": "no NVML and no pid"}],
+    )
+    assert "no NVML and no pid" in _measure(tmp_path, "memory_used", "peak").reason
+
+
+def test_recovery_time_after_a_spike(tmp_path):
+    n = 600  # 6 s at 10 ms spacing: baseline 0-2 s, spike 2-3 s, recovery after
+    planned = 1000.0 + np.arange(n) * 0.01
+    ttft = np.where(planned < 1002.0, 0.1, np.where(planned < 1004.0, 1.0, 0.1))
+    stage = np.where(planned < 1002.0, "baseline", np.where(planned < 1003.0, "spike", "recovery"))
+    records = request_records(n, ttft_seconds=ttft, stage=list(stage))
+    stages = [
+        {"name": "baseline", "start": 1000.0, "end": 1002.0},
+        {"name": "spike", "start": 1002.0, "end": 1003.0},
+        {"name": "recovery", "start": 1003.0, "end": 1006.0},
+    ]
+    write_profile(tmp_path, "burst", records, stages=stages)
+    recovery = _measure(
+        tmp_path, "recovery_time", "final", settings=Settings(recovery_window_seconds=0.5)
+    )
+    assert isinstance(recovery, Scalar) and not recovery.lower_bound
+    assert recovery.value == pytest.approx(
+        1.5
+    )  # slow until 1004.0: the bin [1004.0, 1004.5) recovers

@@ -1,0 +1,80 @@
+import numpy as np
+import orjson
+import pytest
+from gatecore_synth import request_records, write_jsonl
+
+from gate.records import RecordsError, read_requests
+
+
+def test_columns_hold_times_nulls_and_categories(tmp_path):
+    records = request_records(
+        5,
+        status=["ok", "ok", "timeout", "ok", "ok"],
+        priority=["interactive", "batch"] * 2 + ["batch"],
+    )
+    write_jsonl(tmp_path / "r.jsonl", records)
+    columns = read_requests(tmp_path / "r.jsonl")
+    assert columns.n == 5
+    assert np.isnan(columns.first_token_at[2]) and not np.isnan(columns.first_token_at[0])
+    assert columns.status.names == ("ok", "timeout")
+    assert list(columns.status.equals("timeout")) == [False, False, True, False, False]
+    assert list(columns.priority.mask(("batch",))) == [False, True, False, True, True]
+    assert columns.endpoint.names == ("chat",)
+    assert not columns.partial_last_line
+
+
+def test_itl_is_per_token_and_excludes_the_first_chunk(tmp_path):
+    record = request_records(1)[0]
+    record.update(chunk_times=[10.0, 10.1, 10.4], chunk_tokens=[1, 1, 3])
+    write_jsonl(tmp_path / "r.jsonl", [record, request_records(1, chunks=3, itl_seconds=0.05)[0]])
+    columns = read_requests(tmp_path / "r.jsonl")
+    assert list(columns.itl_counts) == [4, 2]
+    assert columns.itl_seconds == pytest.approx([0.1, 0.1, 0.1, 0.1, 0.05, 0.05])
+
+
+def test_a_partial_last_line_is_skipped_and_reported(tmp_path):
+    write_jsonl(tmp_path / "r.jsonl", request_records(3), partial_tail=True)
+    columns = read_requests(tmp_path / "r.jsonl")
+    assert columns.n == 3 and columns.partial_last_line
+
+
+def test_a_corrupt_middle_line_names_its_line(tmp_path):
+    lines = [orjson.dumps(r) for r in request_records(3)]
+    lines[1] = b"{not json"
+    (tmp_path / "r.jsonl").write_bytes(b"\n".join(lines) + b"\n")
+    with pytest.raises(RecordsError, match=r"r.jsonl:2: not a JSON object"):
+        read_requests(tmp_path / "r.jsonl")
+
+
+def test_a_missing_field_names_its_line(tmp_path):
+    records = request_records(3)
+    del records[2]["sent_at"]
+    write_jsonl(tmp_path / "r.jsonl", records)
+    with pytest.raises(RecordsError, match=r"r.jsonl:3: missing field 'sent_at'"):
+        read_requests(tmp_path / "r.jsonl")
+
+
+def test_empty_file_reads_as_no_requests(tmp_path):
+    (tmp_path / "r.jsonl").write_bytes(b"")
+    assert read_requests(tmp_path / "r.jsonl").n == 0
+
+
+def test_column_cache_is_reused_while_the_file_is_unchanged_and_rebuilt_after(tmp_path):
+    path = tmp_path / "r.jsonl"
+    write_jsonl(path, request_records(4))
+    first = read_requests(path, cache=True)
+    assert (tmp_path / ".r.jsonl.columns" / "meta.json").exists()
+    again = read_requests(path, cache=True)
+    assert isinstance(again.planned_at, np.memmap)  # served from the cache
+    assert again.planned_at.tolist() == first.planned_at.tolist()
+    assert again.status.names == first.status.names
+    write_jsonl(path, request_records(6))  # changed file: parsed afresh
+    assert read_requests(path, cache=True).n == 6
+
+
+def test_a_line_that_is_json_but_not_an_object_names_its_line(tmp_path):
+    lines = [orjson.dumps(r) for r in request_records(3)]
+    lines[2] = b"[1, 2, 3]"
+    (tmp_path / "r.jsonl").write_bytes(b"\n".join(lines) + b"\n")
+    with pytest.raises(RecordsError, match=r"r.jsonl:3: expected a JSON object"):
+        read_requests(tmp_path / "r.jsonl")
