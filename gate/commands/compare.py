@@ -1,0 +1,107 @@
+"""`batchgate compare RUN_A RUN_B [--gates FILE] [--json]`: two runs side by side.
+
+Reads both run directories, takes each run's verdicts from its verdicts.json (or evaluates
+both with `--gates FILE`, writing nothing), and prints the comparison of `gate.compare` as rich
+tables or, with `--json`, as one JSON object. Exit 0 when compared; 2 for a missing path or bad
+arguments, 4 for an invalid gates file, 5 for a directory that is not a readable run or two
+runs without a profile in common.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+from pathlib import Path
+
+from rich.console import Console
+
+from gate.compare import compare, render
+from gate.evaluate import evaluate
+from gate.exit_codes import ExitCode
+from gate.gates_file import GatesFileError, load
+from gate.rundir import RunData, RunDirError, load_run
+from gate.verdicts import Evaluation, read_verdicts
+
+__all__ = ["register", "run"]
+
+
+class _Stop(Exception):
+    def __init__(self, message: str, code: ExitCode) -> None:
+        super().__init__(message)
+        self.code = code
+
+
+def register(subparsers: argparse._SubParsersAction) -> None:
+    parser = subparsers.add_parser(
+        "compare",
+        help="compare two saved runs: key metrics, verdicts, deltas and their noise",
+        description="Side-by-side key metrics per profile and verdicts of two run directories; "
+        "a difference is marked when the runs' intervals do not overlap.",
+    )
+    parser.add_argument("run_a", metavar="RUN_A", help="the reference run directory")
+    parser.add_argument("run_b", metavar="RUN_B", help="the run compared against it")
+    parser.add_argument(
+        "--gates", metavar="FILE", help="evaluate both runs with this gates file (writes nothing)"
+    )
+    parser.add_argument("--json", action="store_true", help="print JSON instead of tables")
+    parser.add_argument(
+        "--confidence", type=float, default=0.95, help="two-sided interval level (default 0.95)"
+    )
+    parser.set_defaults(func=run)
+
+
+def _read(path_text: str) -> RunData:
+    path = Path(path_text)
+    if not path.exists():
+        raise _Stop(f"{path}: no such run directory", ExitCode.USAGE)
+    if not path.is_dir():
+        raise _Stop(f"{path}: not a directory", ExitCode.USAGE)
+    try:
+        return load_run(path)
+    except RunDirError as exc:
+        raise _Stop(f"not a readable run: {exc}", ExitCode.NO_DATA) from None
+
+
+def _saved_verdicts(run: RunData) -> Evaluation | None:
+    path = Path(run.path) / "verdicts.json"
+    if not path.exists():
+        return None
+    try:
+        return read_verdicts(path)
+    except (OSError, ValueError, KeyError, TypeError) as exc:
+        raise _Stop(f"{path}: unreadable verdicts: {exc}", ExitCode.NO_DATA) from None
+
+
+def run(args: argparse.Namespace) -> int:
+    err = Console(stderr=True, highlight=False)
+    try:
+        if not 0.5 <= args.confidence < 1.0:
+            raise _Stop("--confidence must lie in [0.5, 1)", ExitCode.USAGE)
+        gates_file = None
+        if args.gates:
+            try:
+                gates_file = load(args.gates)
+            except GatesFileError as exc:
+                raise _Stop(str(exc), ExitCode.INVALID_GATES) from None
+        run_a, run_b = _read(args.run_a), _read(args.run_b)
+        if gates_file is not None:
+            verdicts_a, verdicts_b = evaluate(run_a, gates_file), evaluate(run_b, gates_file)
+        else:
+            verdicts_a, verdicts_b = _saved_verdicts(run_a), _saved_verdicts(run_b)
+        comparison = compare(
+            run_a, run_b, verdicts_a=verdicts_a, verdicts_b=verdicts_b, confidence=args.confidence
+        )
+        if not comparison.profiles:
+            raise _Stop(
+                f"no profile in common (A: {', '.join(run_a.profiles) or 'none'}; "
+                f"B: {', '.join(run_b.profiles) or 'none'})",
+                ExitCode.NO_DATA,
+            )
+    except _Stop as stop:
+        err.print(f"batchgate compare: {stop}", markup=False, soft_wrap=True)
+        return int(stop.code)
+    if args.json:
+        print(json.dumps(comparison.to_dict(), indent=2, allow_nan=False))
+    else:
+        Console(highlight=False).print(render(comparison))
+    return int(ExitCode.PASSED)

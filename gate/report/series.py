@@ -1,0 +1,393 @@
+"""The data behind every figure of the HTML report, measured through `gate.derive` only.
+
+Owns what each figure shows and where its numbers come from: latency CDFs (TTFT, ITL, E2E,
+split by priority and length class where a profile has more than one), and time series in bins
+over the profile (offered / achieved / completed rate, rolling p99 TTFT per class, queue length
+per class, KV usage, memory, step latency), each bin's value being `gate.derive.measure` on the
+profile clipped to that bin (`gate.report.slices`). Stages (burst baseline / spike / recovery)
+and the warm-up become shaded bands. A figure without data carries the reason instead. It does
+not draw (`gate.report.svg`) or lay out the page (`gate.report_html`).
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+import numpy as np
+
+from gate import derive
+from gate.evaluate import point_value
+from gate.gates_file import Scope, Settings, Slos
+from gate.report.slices import clip_profile
+from gate.report.svg import Band, Line
+from gate.rundir import ProfileData
+from gate.units import UnitKind, format_value
+
+__all__ = ["Figure", "TimeAxis", "profile_figures", "time_axis"]
+
+_TARGET_BINS = 60
+_MIN_BIN_SECONDS = 0.25
+_CDF_POINTS = 300
+_HISTOGRAM_TRAIL_SECONDS = 3.0
+_DEFAULT_SETTINGS = Settings()
+_NO_SLOS = Slos()
+
+
+@dataclass(frozen=True, kw_only=True)
+class Figure:
+    key: str  # stable id, e.g. "ttft-cdf"
+    title: str
+    x_label: str
+    y_label: str
+    x_unit: UnitKind
+    y_unit: UnitKind
+    lines: tuple[Line, ...] = ()
+    bands: tuple[Band, ...] = ()
+    x_log: bool = False
+    y_min: float | None = None
+    y_max: float | None = None
+    note: str | None = None
+    no_data: str | None = None  # set exactly when there is nothing to draw
+
+    @property
+    def has_data(self) -> bool:
+        return self.no_data is None
+
+
+@dataclass(frozen=True, kw_only=True)
+class TimeAxis:
+    """Bins over one profile, in request-record seconds; x is shown as seconds since `origin`."""
+
+    origin: float
+    edges: np.ndarray  # bin edges, len = bins + 1
+
+    @property
+    def bin_seconds(self) -> float:
+        return float(self.edges[1] - self.edges[0])
+
+    @property
+    def centers(self) -> np.ndarray:
+        return (self.edges[:-1] + self.edges[1:]) / 2 - self.origin
+
+
+def time_axis(profile: ProfileData) -> TimeAxis | None:
+    """From the window start (or first planned request) to the last request's end."""
+    window = derive.window_of(profile, warmup_seconds=0.0)
+    if window is None:
+        return None
+    start, end = window.start, max(window.end, window.activity_end)
+    span = end - start
+    if not math.isfinite(span) or span <= 0:
+        return None
+    bin_seconds = max(span / _TARGET_BINS, _MIN_BIN_SECONDS)
+    count = max(math.ceil(span / bin_seconds), 1)
+    return TimeAxis(origin=start, edges=start + bin_seconds * np.arange(count + 1))
+
+
+def _bands(profile: ProfileData, axis: TimeAxis) -> tuple[Band, ...]:
+    load = profile.load or {}
+    bands = []
+    warmup = float((load.get("window") or {}).get("warmup_seconds") or 0.0)
+    if warmup > 0:
+        bands.append(Band(start=0.0, end=warmup, label="warm-up"))
+    for stage in load.get("stages") or []:
+        name, start, end = stage.get("name"), stage.get("start"), stage.get("end")
+        if (
+            name == "main"
+            or not isinstance(start, (int, float))
+            or not isinstance(end, (int, float))
+        ):
+            continue  # a single `main` stage marks nothing
+        bands.append(Band(start=start - axis.origin, end=end - axis.origin, label=str(name)))
+    return tuple(bands)
+
+
+def _classes(profile: ProfileData, key: str) -> list[str]:
+    req = profile.requests
+    if req is None:
+        return []
+    column = getattr(req, key)
+    present = set(np.unique(column.codes).tolist())
+    return [name for i, name in enumerate(column.names) if i in present]
+
+
+def _measure(
+    profile: ProfileData, metric: str, statistic: str, scope: Scope, *, warmup: float | None
+) -> derive.Measurement:
+    return derive.measure(
+        profile,
+        metric,
+        statistic,
+        scope,
+        slos=_NO_SLOS,
+        settings=_DEFAULT_SETTINGS,
+        warmup_seconds=warmup,
+    )
+
+
+def _cdf_line(label: str, values: np.ndarray, unit: UnitKind) -> Line:
+    # Quantiles on a grid dense in the tail: the p99 region stays visible in 300 points.
+    probabilities = np.unique(
+        np.concatenate(
+            [
+                np.linspace(0.0, 1.0, _CDF_POINTS // 2),
+                1.0 - np.geomspace(1e-4, 0.1, _CDF_POINTS // 2),
+            ]
+        )
+    )
+    if len(values) <= _CDF_POINTS:
+        x = np.sort(values)
+        y = np.arange(1, len(x) + 1) / len(x)
+    else:
+        x = np.quantile(values, probabilities, method="inverted_cdf")
+        y = probabilities
+    p99 = point_value(derive.Samples(values=values), "p99")
+    text = f"{label} (n={len(values)}, p99 {format_value(p99, unit)})"
+    return Line(label=text, x=x, y=y, step=True)
+
+
+_CDF_METRICS = (
+    ("ttft", "TTFT", "time to first token"),
+    ("itl", "ITL", "inter-token latency (per token)"),
+    ("e2e", "E2E", "end-to-end latency (ok requests)"),
+)
+
+
+def _cdf_figure(profile: ProfileData, metric: str, short: str, long: str) -> Figure:
+    groups: list[tuple[str, Scope]] = [("all", Scope())]
+    for key in ("priority", "length_class"):
+        classes = _classes(profile, key)
+        if len(classes) > 1:
+            groups.extend(
+                (f"{key.replace('_class', '')}={c}", Scope(**{key: (c,)})) for c in classes
+            )
+    lines, reasons = [], []
+    for label, scope in groups:
+        measurement = _measure(profile, metric, "p99", scope, warmup=None)
+        if isinstance(measurement, derive.NoData):
+            reasons.append(measurement.reason)
+        elif isinstance(measurement, derive.Samples) and len(measurement.values):
+            lines.append(_cdf_line(label, measurement.values, UnitKind.DURATION))
+    common = {
+        "key": f"{metric}-cdf",
+        "title": f"{short} distribution — {long}",
+        "x_label": short,
+        "y_label": "share of samples ≤ x",
+        "x_unit": UnitKind.DURATION,
+        "y_unit": UnitKind.RATIO,
+    }
+    if not lines:
+        reason = reasons[0] if reasons else f"no {short} samples in the measured window"
+        return Figure(**common, no_data=reason)
+    values = np.concatenate([ln.x for ln in lines])
+    positive = values[values > 0]
+    x_log = len(positive) == len(values) and positive.max() / positive.min() > 30
+    return Figure(
+        **common,
+        lines=tuple(lines),
+        x_log=x_log,
+        y_min=0.0,
+        y_max=1.0,
+        note="warm-up excluded; x axis logarithmic" if x_log else "warm-up excluded",
+    )
+
+
+class _Slices:
+    """Clipped copies of one profile, made once per interval and shared by every figure."""
+
+    def __init__(self, profile: ProfileData) -> None:
+        self.profile = profile
+        self._cache: dict[tuple[float, float], ProfileData] = {}
+
+    def get(self, start: float, end: float) -> ProfileData:
+        key = (start, end)
+        if key not in self._cache:
+            self._cache[key] = clip_profile(self.profile, start=start, end=end)
+        return self._cache[key]
+
+
+def _binned(
+    slices: _Slices, axis: TimeAxis, metric: str, statistic: str, scope: Scope, *, trail: float
+) -> tuple[np.ndarray, str | None]:
+    """One value per bin (NaN where the bin has none) and the first no-data reason seen."""
+    values = np.full(len(axis.edges) - 1, np.nan)
+    reason = None
+    for i, end in enumerate(axis.edges[1:]):
+        piece = slices.get(float(end) - trail, float(end))
+        measurement = _measure(piece, metric, statistic, scope, warmup=0.0)
+        if isinstance(measurement, derive.NoData):
+            reason = reason or measurement.reason
+            continue
+        value = point_value(measurement, statistic)
+        if value is not None:
+            values[i] = value
+    return values, reason
+
+
+def _rate_figure(profile: ProfileData, axis: TimeAxis, bands: tuple[Band, ...]) -> Figure:
+    common = {
+        "key": "rate",
+        "title": "Offered vs achieved request rate",
+        "x_label": "seconds since the window start",
+        "y_label": "requests / s",
+        "x_unit": UnitKind.DURATION,
+        "y_unit": UnitKind.RATE,
+        "bands": bands,
+    }
+    req = profile.requests
+    if req is None or req.n == 0:
+        return Figure(**common, no_data="no request records (requests.jsonl missing or empty)")
+    ok = req.status.equals("ok")
+    # Rates here are counts of record timestamps per bin, not a glossary metric.
+    counts = {
+        "offered (planned)": req.planned_at,
+        "achieved (sent)": req.sent_at,
+        "completed ok": np.where(ok, req.done_at, np.nan),
+    }
+    lines = []
+    for label, times in counts.items():
+        histogram, _ = np.histogram(times[np.isfinite(times)], bins=axis.edges)
+        # Dashed: a client that keeps its schedule draws "sent" right on top of "planned".
+        dashed = label.startswith("achieved")
+        lines.append(
+            Line(label=label, x=axis.centers, y=histogram / axis.bin_seconds, dashed=dashed)
+        )
+    note = f"{axis.bin_seconds:.3g} s bins"
+    target = (profile.load or {}).get("target_rate_rps")
+    if isinstance(target, (int, float)):
+        note += f"; schedule mean {target:.4g}/s"
+    return Figure(**common, lines=tuple(lines), y_min=0.0, note=note)
+
+
+def _series_figure(
+    slices: _Slices,
+    axis: TimeAxis,
+    bands: tuple[Band, ...],
+    *,
+    key: str,
+    title: str,
+    y_label: str,
+    y_unit: UnitKind,
+    metric: str,
+    curves: list[tuple[str, str, Scope]],
+    trail: float | None = None,
+    note: str = "",
+) -> Figure:
+    lines, reasons = [], []
+    for label, statistic, scope in curves:
+        values, reason = _binned(
+            slices, axis, metric, statistic, scope, trail=trail or axis.bin_seconds
+        )
+        if reason:
+            reasons.append(reason)
+        finite = np.isfinite(values)
+        if finite.any():
+            # Observers sample on their own period (often slower than a bin): join the samples
+            # across empty bins rather than leave dots, and show the dots when they are sparse.
+            sparse = int(finite.sum()) < len(values) // 2
+            lines.append(
+                Line(label=label, x=axis.centers[finite], y=values[finite], markers=sparse)
+            )
+    common = {
+        "key": key,
+        "title": title,
+        "x_label": "seconds since the window start",
+        "y_label": y_label,
+        "x_unit": UnitKind.DURATION,
+        "y_unit": y_unit,
+        "bands": bands,
+    }
+    if not lines:
+        return Figure(**common, no_data=reasons[0] if reasons else f"no {metric} in any bin")
+    return Figure(**common, lines=tuple(lines), y_min=0.0, note=note or None)
+
+
+def _server_classes(profile: ProfileData) -> list[str]:
+    classes: set[str] = set()
+    if profile.steps is not None:
+        classes |= set(profile.steps.num_waiting)
+    for scrape in profile.scrapes or []:
+        waiting = (scrape.get("metrics") or {}).get("num_requests_waiting")
+        if isinstance(waiting, dict):
+            classes |= set(waiting)
+    return sorted(classes)
+
+
+def _time_figures(profile: ProfileData, axis: TimeAxis) -> list[Figure]:
+    bands = _bands(profile, axis)
+    rolling = max(3 * axis.bin_seconds, 2.0)
+    priorities = _classes(profile, "priority")
+    ttft_curves = [("all", "p99", Scope())]
+    if len(priorities) > 1:
+        ttft_curves += [(c, "p99", Scope(priority=(c,))) for c in priorities]
+    queue_classes = _server_classes(profile)
+    queue_curves = [(c, "peak", Scope(priority=(c,))) for c in queue_classes] or [
+        ("all", "peak", Scope())
+    ]
+    memory_note = ""
+    if any(r.get("source") == "process_rss" for r in profile.gpu or []):
+        memory_note = "server process resident memory (no GPU / NVML)"
+    bin_note = f"peak per {axis.bin_seconds:.3g} s bin"
+    step_trail, step_note = axis.bin_seconds, f"per {axis.bin_seconds:.3g} s bin"
+    if profile.steps is None or len(profile.steps.t) == 0:
+        # A histogram estimate is the difference of two scrapes: a bin needs room for both.
+        step_trail = max(axis.bin_seconds, _HISTOGRAM_TRAIL_SECONDS)
+        step_note = f"estimate from the step histogram over the trailing {step_trail:.3g} s"
+    slices = _Slices(profile)
+    return [
+        _rate_figure(profile, axis, bands),
+        _series_figure(
+            slices, axis, bands, key="rolling-ttft", title="Rolling p99 TTFT",
+            y_label="TTFT p99", y_unit=UnitKind.DURATION, metric="ttft", curves=ttft_curves,
+            trail=rolling, note=f"p99 of requests sent in the trailing {rolling:.3g} s",
+        ),
+        _series_figure(
+            slices, axis, bands, key="queue", title="Queue length per priority class",
+            y_label="waiting requests", y_unit=UnitKind.COUNT, metric="queue_length",
+            curves=queue_curves, note=bin_note,
+        ),
+        _series_figure(
+            slices, axis, bands, key="kv", title="KV cache usage", y_label="used / total blocks",
+            y_unit=UnitKind.RATIO, metric="kv_usage", curves=[("KV usage", "peak", Scope())],
+            note=bin_note,
+        ),
+        _series_figure(
+            slices, axis, bands, key="memory", title="Memory used", y_label="memory",
+            y_unit=UnitKind.BYTES, metric="memory_used", curves=[("memory", "peak", Scope())],
+            note="; ".join(n for n in (bin_note, memory_note) if n),
+        ),
+        _series_figure(
+            slices, axis, bands, key="step", title="Engine step latency", y_label="step time",
+            y_unit=UnitKind.DURATION, metric="step_latency",
+            curves=[("p50", "p50", Scope()), ("p99", "p99", Scope())], trail=step_trail,
+            note=step_note,
+        ),
+    ]  # fmt: skip
+
+
+_TIME_FIGURES = (
+    ("rate", "Offered vs achieved request rate"),
+    ("rolling-ttft", "Rolling p99 TTFT"),
+    ("queue", "Queue length per priority class"),
+    ("kv", "KV cache usage"),
+    ("memory", "Memory used"),
+    ("step", "Engine step latency"),
+)
+
+
+def profile_figures(profile: ProfileData) -> list[Figure]:
+    """Every figure of one profile, in page order; each has lines or a no-data reason."""
+    figures = [_cdf_figure(profile, *spec) for spec in _CDF_METRICS]
+    axis = time_axis(profile)
+    if axis is None:
+        reason = "the profile has no measured window (no load.json window and no requests)"
+        figures += [
+            Figure(
+                key=key, title=title, x_label="", y_label="", x_unit=UnitKind.DURATION,
+                y_unit=UnitKind.COUNT, no_data=reason,
+            )
+            for key, title in _TIME_FIGURES
+        ]  # fmt: skip
+        return figures
+    return figures + _time_figures(profile, axis)
