@@ -176,6 +176,10 @@ class EngineConfig:
     max_tokens_cap: int = 4096
     step_log_size: int = 4096
     step_log_path: str | None = None
+    # torch intra-op threads. None = auto: on CPU max(1, min(8, cpu_count - 1)), leaving a core
+    # for the HTTP loop and a load generator (on a busy 2-core box 2 threads made each step ~5x
+    # slower than 1, docs/model.md); on CUDA torch's own setting is kept.
+    torch_num_threads: int | None = None
     batching: BatchingConfig = field(default_factory=BatchingConfig)
 
     def __post_init__(self) -> None:
@@ -195,6 +199,8 @@ class EngineConfig:
         _int("max_tokens_cap", self.max_tokens_cap, minimum=1)
         _int("step_log_size", self.step_log_size, minimum=1)
         _optional_str("step_log_path", self.step_log_path)
+        if self.torch_num_threads is not None:
+            _int("torch_num_threads", self.torch_num_threads, minimum=1)
         if not isinstance(self.batching, BatchingConfig):
             raise ConfigError("batching", "must be a BatchingConfig")
 

@@ -48,7 +48,12 @@ class Engine:
         if not isinstance(config, EngineConfig):
             raise ConfigError("config", f"must be an EngineConfig, got {type(config).__name__}")
         if runner is None:
-            from reference_server.model_runner import ModelRunner  # torch only when needed
+            # torch only when needed
+            from reference_server.model_runner import ModelRunner, auto_num_threads
+
+            num_threads = config.torch_num_threads
+            if num_threads is None:
+                num_threads = auto_num_threads(config.device)
 
             runner = ModelRunner(
                 model=config.model,
@@ -61,6 +66,7 @@ class Engine:
                 gpu_memory_utilization=config.gpu_memory_utilization,
                 max_model_len=config.max_model_len,
                 max_num_batched_tokens=config.batching.max_num_batched_tokens,
+                num_threads=num_threads,
             )
         self._config = config
         self.runner = runner

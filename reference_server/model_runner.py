@@ -8,6 +8,7 @@ advance sequences (the engine appends sampled tokens and num_computed_tokens aft
 
 from __future__ import annotations
 
+import os
 from collections.abc import Sequence as AbcSequence
 from typing import TYPE_CHECKING
 
@@ -25,7 +26,7 @@ from reference_server.tokenizer import NUM_BYTE_TOKENS, ByteTokenizer
 if TYPE_CHECKING:
     from reference_server.sequence import ScheduledChunk, Sequence
 
-__all__ = ["ModelRunner", "resolve_device", "resolve_dtype"]
+__all__ = ["ModelRunner", "auto_num_threads", "resolve_device", "resolve_dtype"]
 
 _DTYPES = {
     "float32": torch.float32,
@@ -56,6 +57,15 @@ def resolve_dtype(dtype: str | None, device: str) -> torch.dtype:
     if dtype not in _DTYPES:
         raise ConfigError("dtype", f"must be one of {', '.join(_DTYPES)}, got {dtype!r}")
     return _DTYPES[dtype]
+
+
+def auto_num_threads(device: str) -> int | None:
+    """EngineConfig.torch_num_threads=None: on CPU all cores but one (1..8), so the HTTP loop and
+    a load generator keep a core and OpenMP barriers do not stall on a busy box; on CUDA None
+    (torch's own setting: the CPU threads only launch kernels)."""
+    if resolve_device(device) != "cpu":
+        return None
+    return max(1, min(8, (os.cpu_count() or 1) - 1))
 
 
 def _positive_int(field: str, value: object) -> int:

@@ -45,6 +45,10 @@ ENGINE_FIELD_HELP: dict[str, str] = {
     "max_tokens_cap": "largest max_tokens a request may ask for, in tokens",
     "step_log_size": "step records kept in memory for GET /admin/steps",
     "step_log_path": "also append every step record to this JSONL file",
+    "torch_num_threads": (
+        "torch intra-op CPU threads (none = auto: all cores but one, 1..8, on CPU; "
+        "torch's own default on CUDA)"
+    ),
     "batching.policy": "batching policy: " + ", ".join(POLICIES),
     "batching.max_num_seqs": "most sequences running in one step",
     "batching.max_num_batched_tokens": "token budget of one step (prefill + decode), in tokens",

@@ -242,7 +242,11 @@ class _EngineCollector:
             stats.num_waiting_by_class,
         )
         yield _gauge("kv_blocks_used", "KV cache blocks in use.", stats.num_kv_blocks_used)
-        yield _gauge("kv_blocks_capacity", "KV cache blocks in the pool (capacity).", stats.num_kv_blocks_total)
+        yield _gauge(
+            "kv_blocks_capacity",
+            "KV cache blocks in the pool (capacity).",
+            stats.num_kv_blocks_total,
+        )
         yield _gauge("kv_usage_ratio", "KV blocks used / total (0..1).", stats.kv_usage_ratio)
         yield _gauge(
             "kv_usage_peak_ratio",

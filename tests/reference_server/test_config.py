@@ -40,6 +40,9 @@ def test_defaults_are_valid_and_round_trip_through_dicts():
         ({"max_tokens_cap": True}, "max_tokens_cap"),
         ({"step_log_size": 0}, "step_log_size"),
         ({"step_log_path": ""}, "step_log_path"),
+        ({"torch_num_threads": 0}, "torch_num_threads"),
+        ({"torch_num_threads": 1.5}, "torch_num_threads"),
+        ({"torch_num_threads": "auto"}, "torch_num_threads"),
         ({"batching": []}, "batching"),
         ({"batching": {"policy": "greedy"}}, "batching.policy"),
         ({"batching": {"max_prefill_chunk_tokens": 0}}, "batching.max_prefill_chunk_tokens"),
@@ -77,3 +80,41 @@ def test_configs_are_keyword_only_and_frozen():
     config = BatchingConfig()
     with pytest.raises(AttributeError):
         config.policy = "static"  # type: ignore[misc]
+
+
+def test_torch_num_threads_defaults_to_auto_and_accepts_a_count():
+    assert EngineConfig().torch_num_threads is None
+    config = EngineConfig.from_dict({"torch_num_threads": 3})
+    assert config.torch_num_threads == 3
+    assert EngineConfig.from_dict(config.to_dict()) == config
+
+
+@pytest.mark.parametrize(("cpu_count", "expected"), [(1, 1), (2, 1), (4, 3), (None, 1), (64, 8)])
+def test_auto_torch_threads_on_cpu_leave_one_core_and_cap_at_eight(
+    monkeypatch, cpu_count, expected
+):
+    from reference_server import model_runner
+
+    monkeypatch.setattr(model_runner.os, "cpu_count", lambda: cpu_count)
+    assert model_runner.auto_num_threads("cpu") == expected
+
+
+def test_engine_passes_the_resolved_thread_count_to_the_runner(monkeypatch):
+    from reference_server import engine as engine_module
+    from reference_server import model_runner
+
+    seen: list[object] = []
+
+    class Stop(Exception):
+        pass
+
+    def fake_runner(**kwargs):
+        seen.append(kwargs["num_threads"])
+        raise Stop
+
+    monkeypatch.setattr(model_runner, "ModelRunner", fake_runner)
+    monkeypatch.setattr(model_runner.os, "cpu_count", lambda: 4)
+    for threads in (None, 2):
+        with pytest.raises(Stop):
+            engine_module.Engine(EngineConfig(device="cpu", torch_num_threads=threads))
+    assert seen == [3, 2]  # auto on 4 cores: 3; an explicit count passes through
