@@ -1,0 +1,335 @@
+"""`batchgate sweep`: the highest offered rate at which every gate still passes (docs/run.md).
+
+Owns the capacity search: one target for the whole search (the bundled server started once
+with the preset's flags, or `--target`), a short run of one profile per rate (`rate_rps`
+override; the gates scoped to that profile plus the unscoped ones), bracketing by doubling
+from `--min-rate` up to `--max-rate`, then bisecting to `--tolerance`; a point whose verdict is
+inconclusive is repeated (`--repeats`) and counts as not passing if it stays so. Prints the knee
+and the gate that binds there, writes `sweep.json`. Exit: 0 knee found, 1 not even the minimum
+rate passes, 2 usage, 4 invalid gates file, 5 the target died or the run was interrupted.
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import json
+from pathlib import Path
+from typing import Any
+
+from rich.console import Console
+from rich.table import Table
+
+from gate.commands.run import UsageProblem, add_common_arguments, load_gates_and_preset
+from gate.exit_codes import ExitCode
+from gate.gates_file import GatesFileError
+from gate.orchestrator.live import LiveView
+from gate.orchestrator.plan import PlanError, parse_sets, resolve_plans
+from gate.orchestrator.presets import server_flags
+from gate.orchestrator.processes import ProcessError
+from gate.orchestrator.runner import RunConfig, RunResult, RunSetupError, execute, new_run_id
+from gate.orchestrator.server import BundledServer, ServerOptions, start_bundled_server
+from gate.verdicts import Status
+
+__all__ = ["register", "run"]
+
+SWEEP_FILE = "sweep.json"
+
+
+def register(subparsers: argparse._SubParsersAction) -> None:
+    parser = subparsers.add_parser(
+        "sweep",
+        help="find the highest offered rate at which every gate passes",
+        description="Capacity search: run one profile at increasing offered rates (double "
+        "until a gate fails, then bisect) and report the knee and the gate that binds there.",
+    )
+    add_common_arguments(parser)
+    parser.add_argument("--profile", default="steady", help="profile to sweep (default steady)")
+    parser.add_argument("--min-rate", type=float, default=1.0, help="first rate, req/s")
+    parser.add_argument("--max-rate", type=float, default=64.0, help="highest rate tried, req/s")
+    parser.add_argument(
+        "--tolerance",
+        type=float,
+        default=0.1,
+        help="stop bisecting when hi/lo - 1 is below this (default 0.1)",
+    )
+    parser.add_argument(
+        "--repeats",
+        type=int,
+        default=1,
+        help="extra tries of a point whose verdict is inconclusive (default 1)",
+    )
+    parser.add_argument("--max-points", type=int, default=12, help="most rates tried")
+    parser.add_argument(
+        "--scale",
+        choices=("smoke", "quick", "full"),
+        default="smoke",
+        help="duration scale of each point (default smoke)",
+    )
+    parser.add_argument(
+        "--set",
+        action="append",
+        default=[],
+        metavar="PROFILE.KEY=VALUE",
+        help="override a profile parameter",
+    )
+    parser.add_argument(
+        "--out", type=Path, default=Path("runs"), help="parent directory (default runs/)"
+    )
+    parser.set_defaults(func=run)
+
+
+@dataclasses.dataclass(frozen=True, kw_only=True)
+class Point:
+    rate_rps: float
+    outcome: str  # pass | fail | inconclusive | no_data
+    exit_code: int
+    run_dir: str
+    failed: tuple[str, ...]  # gate ids that failed (or were not conclusive)
+    tightest: str | None  # passing gate with the smallest relative margin
+
+    def to_dict(self) -> dict[str, Any]:
+        return dataclasses.asdict(self)
+
+
+def _outcome(result: RunResult) -> Point:
+    ev = result.evaluation
+    code = int(result.exit_code)
+    outcome = {0: "pass", 1: "fail", 3: "inconclusive"}.get(code, "no_data")
+    failed: tuple[str, ...] = ()
+    tightest = None
+    if ev is not None:
+        failed = tuple(
+            v.id
+            for v in ev.verdicts
+            if v.blocking and v.status in (Status.FAIL, Status.INCONCLUSIVE, Status.NO_DATA)
+        )
+        margins = [
+            (abs(v.margin / v.threshold_value), v.id)
+            for v in ev.verdicts
+            if v.blocking and v.status is Status.PASS and v.margin is not None and v.threshold_value
+        ]
+        tightest = min(margins)[1] if margins else None
+    return Point(
+        rate_rps=0.0,
+        outcome=outcome,
+        exit_code=code,
+        run_dir=str(result.run_dir),
+        failed=failed,
+        tightest=tightest,
+    )
+
+
+class _Search:
+    def __init__(
+        self, args: argparse.Namespace, base: RunConfig, sweep_dir: Path, view: LiveView
+    ) -> None:
+        self.args, self.base, self.sweep_dir, self.view = args, base, sweep_dir, view
+        self.points: list[Point] = []
+
+    def measure(self, rate: float) -> Point:
+        extra = parse_sets(self.args.set)
+        extra.setdefault(self.args.profile, {})["rate_rps"] = rate
+        plans = resolve_plans(
+            [self.args.profile], self.base.gates_file, scale=self.args.scale, extra_overrides=extra
+        )
+        point = None
+        for attempt in range(1 + max(self.args.repeats, 0)):
+            config = dataclasses.replace(
+                self.base,
+                plans=tuple(plans),
+                run_dir=self.sweep_dir / (f"rate-{rate:g}" + (f"-{attempt}" if attempt else "")),
+            )
+            result = execute(config, self.view)
+            point = dataclasses.replace(_outcome(result), rate_rps=rate)
+            self.points.append(point)
+            self.view.message(
+                f"batchgate sweep: {rate:g} req/s -> {point.outcome}"
+                + (f" ({', '.join(point.failed)})" if point.failed else "")
+            )
+            if result.fault is not None:
+                raise _Fault(result.fault.message)
+            if point.outcome != "inconclusive":
+                break
+        assert point is not None
+        return point
+
+    def search(self) -> tuple[float | None, float | None]:
+        """(highest passing rate, lowest failing rate above it)."""
+        a = self.args
+        lo: float | None = None
+        hi: float | None = None
+        rate = a.min_rate
+        while len(self.points) < a.max_points:
+            if self.measure(rate).outcome == "pass":
+                lo = rate
+                if rate >= a.max_rate:
+                    return lo, None
+                rate = min(rate * 2.0, a.max_rate)
+            else:
+                hi = rate
+                break
+        if lo is None or hi is None:
+            return lo, hi
+        while hi / lo - 1.0 > a.tolerance and len(self.points) < a.max_points:
+            mid = (lo + hi) / 2.0
+            if self.measure(mid).outcome == "pass":
+                lo = mid
+            else:
+                hi = mid
+        return lo, hi
+
+
+class _Fault(Exception):
+    pass
+
+
+def _validate(args: argparse.Namespace) -> None:
+    if not 0 < args.min_rate <= args.max_rate:
+        raise UsageProblem("need 0 < --min-rate <= --max-rate")
+    if args.tolerance <= 0 or args.max_points < 1 or args.repeats < 0:
+        raise UsageProblem("--tolerance must be > 0, --max-points >= 1, --repeats >= 0")
+
+
+def run(args: argparse.Namespace) -> int:
+    err = Console(stderr=True, highlight=False, soft_wrap=True)
+    try:
+        _validate(args)
+        gates_file, preset = load_gates_and_preset(args)
+        # Fail early on a bad profile or override, before any server starts.
+        first_plans = resolve_plans(
+            [args.profile], gates_file, scale=args.scale, extra_overrides=parse_sets(args.set)
+        )
+    except UsageProblem as exc:
+        err.print(f"batchgate sweep: {exc}", markup=False)
+        return int(exc.code)
+    except PlanError as exc:
+        err.print(f"batchgate sweep: {exc}", markup=False)
+        return int(ExitCode.USAGE)
+    sweep_dir = args.out / f"sweep-{new_run_id()}"
+    sweep_dir.mkdir(parents=True, exist_ok=True)
+    view = LiveView()
+    server: BundledServer | None = None
+    try:
+        url = args.target
+        if url is None:
+            view.message("batchgate sweep: starting the bundled reference server")
+            try:
+                server = start_bundled_server(
+                    sweep_dir,
+                    ServerOptions(
+                        preset_flags=tuple(server_flags(preset or {})),
+                        extra_args=tuple(args.server_arg),
+                    ),
+                )
+            except ProcessError as exc:
+                err.print(f"batchgate sweep: the bundled server did not start: {exc}", markup=False)
+                return int(ExitCode.NO_DATA)
+            url = server.url
+        base = RunConfig(
+            gates_file=gates_file,
+            gates_text=args.gates.read_text(encoding="utf-8"),
+            plans=tuple(first_plans),
+            scale=args.scale,
+            run_dir=sweep_dir,
+            target_url=url,
+            # The bundled server got the preset as flags; a --target gets it live (each run).
+            preset_name=args.preset if args.target else None,
+            preset=preset if args.target else None,
+            api_key=args.api_key,
+            admin_token=args.admin_token,
+            load_workers=args.workers,
+            write_report=False,
+        )
+        search = _Search(args, base, sweep_dir, view)
+        try:
+            lo, hi = search.search()
+        except (RunSetupError, GatesFileError) as exc:
+            err.print(f"batchgate sweep: {exc}", markup=False)
+            code = exc.code if isinstance(exc, RunSetupError) else ExitCode.INVALID_GATES
+            return int(code)
+        except _Fault as exc:
+            err.print(f"batchgate sweep: {exc}", markup=False)
+            _write(sweep_dir, args, search.points, None, None, ended=str(exc))
+            return int(ExitCode.NO_DATA)
+    finally:
+        if server is not None:
+            server.stop(timeout_seconds=15.0)
+    binding = _binding(search.points, lo, hi)
+    _write(sweep_dir, args, search.points, lo, hi, binding=binding)
+    _print(search.points, lo, hi, binding, args, sweep_dir)
+    return int(ExitCode.PASSED if lo is not None else ExitCode.FAILED)
+
+
+def _binding(points: list[Point], lo: float | None, hi: float | None) -> str | None:
+    """The gate that stops a higher rate: what failed just above the knee, else the tightest."""
+    above = [p for p in points if hi is not None and p.rate_rps == hi and p.failed]
+    if above:
+        return above[-1].failed[0]
+    at = [p for p in points if lo is not None and p.rate_rps == lo and p.outcome == "pass"]
+    return at[-1].tightest if at else None
+
+
+def _write(
+    sweep_dir: Path,
+    args: argparse.Namespace,
+    points: list[Point],
+    lo: float | None,
+    hi: float | None,
+    *,
+    binding: str | None = None,
+    ended: str = "completed",
+) -> None:
+    data = {
+        "schema_version": 1,
+        "profile": args.profile,
+        "scale": args.scale,
+        "target": args.target,
+        "preset": args.preset,
+        "gates_file": str(args.gates),
+        "min_rate_rps": args.min_rate,
+        "max_rate_rps": args.max_rate,
+        "tolerance": args.tolerance,
+        "knee_rps": lo,
+        "first_failing_rps": hi,
+        "binding_gate": binding,
+        "ended": ended,
+        "points": [p.to_dict() for p in points],
+    }
+    (sweep_dir / SWEEP_FILE).write_text(json.dumps(data, indent=2) + "\n", encoding="utf-8")
+
+
+def _print(
+    points: list[Point],
+    lo: float | None,
+    hi: float | None,
+    binding: str | None,
+    args: argparse.Namespace,
+    sweep_dir: Path,
+) -> None:
+    out = Console(highlight=False)
+    table = Table(title=f"batchgate sweep — {args.profile}")
+    for header in ("rate req/s", "verdict", "exit", "failing / inconclusive gates"):
+        table.add_column(header)
+    for p in points:
+        table.add_row(f"{p.rate_rps:g}", p.outcome, str(p.exit_code), ", ".join(p.failed) or "—")
+    out.print(table)
+    if lo is None:
+        out.print(
+            f"no passing rate: {args.min_rate:g} req/s already fails"
+            + (f" ({binding})" if binding else ""),
+            markup=False,
+        )
+    elif hi is None:
+        out.print(
+            f"knee >= {lo:g} req/s: every gate passed up to --max-rate"
+            + (f"; tightest gate there: {binding}" if binding else ""),
+            markup=False,
+        )
+    else:
+        out.print(
+            f"knee: {lo:g} req/s passes, {hi:g} req/s does not; binding gate: "
+            f"{binding or 'unknown'}",
+            markup=False,
+        )
+    out.print(f"sweep: {sweep_dir / SWEEP_FILE}", markup=False)

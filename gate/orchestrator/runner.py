@@ -1,0 +1,329 @@
+"""A whole run: target up, one session per profile, target down, evaluation and every output.
+
+Owns the order of a run (DESIGN.md §2): start the bundled server with the preset's flags (or
+apply the preset live to a `--target`), look at the target once (model, batching, histogram
+buckets: `validate_against_buckets`), write `manifest.json`, run each profile's session, stop
+every child on every path (Ctrl-C and SIGTERM included; a second Ctrl-C during cleanup is
+ignored until the children are gone), then evaluate and write verdicts.json, junit.xml,
+summary.md and report.html. It returns a `RunResult`; printing and the exit code are the
+command's business (`gate.commands.run`).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import datetime as dt
+import secrets
+import signal
+import threading
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from gate.evaluate import evaluate
+from gate.exit_codes import ExitCode
+from gate.gates_file import GatesFile, validate_against_buckets
+from gate.orchestrator.faults import FAULT_EXIT_CODE, RunFault, Terminated, terminate_as_exception
+from gate.orchestrator.live import LiveView
+from gate.orchestrator.manifest import Manifest
+from gate.orchestrator.plan import ProfilePlan
+from gate.orchestrator.presets import live_settings, server_flags, start_only
+from gate.orchestrator.processes import ChildProcess, ProcessError
+from gate.orchestrator.server import BundledServer, ServerOptions, start_bundled_server
+from gate.orchestrator.session import ProfileSession, SessionSettings
+from gate.orchestrator.suite import Suite, select_suite
+from gate.orchestrator.target import TargetClient, TargetError, TargetInfo
+from gate.rundir import RunDirError, load_run
+from gate.verdicts import Evaluation, write_outputs
+
+__all__ = ["RunConfig", "RunResult", "RunSetupError", "execute", "new_run_id"]
+
+
+class RunSetupError(RuntimeError):
+    """The run could not start measuring; `code` is the exit code (2, 4 or 5)."""
+
+    def __init__(self, message: str, code: ExitCode) -> None:
+        super().__init__(message)
+        self.code = code
+
+
+@dataclass(frozen=True, kw_only=True)
+class RunConfig:
+    gates_file: GatesFile
+    gates_text: str  # the gates file as written: copied into the run directory
+    plans: tuple[ProfilePlan, ...]
+    scale: str
+    run_dir: Path
+    target_url: str | None = None
+    preset_name: str | None = None
+    preset: Mapping[str, Any] | None = None
+    server_args: tuple[str, ...] = ()
+    baseline: Any = None  # gate.baseline.Baseline
+    inconclusive_policy: str | None = None
+    api_key: str | None = None
+    admin_token: str | None = None
+    server_options: ServerOptions = field(default_factory=ServerOptions)
+    session: SessionSettings | None = None
+    load_workers: int = 1
+    write_report: bool = True
+
+    def __post_init__(self) -> None:
+        if not self.plans:
+            raise ValueError("a run needs at least one profile")
+        if (self.preset is None) != (self.preset_name is None):
+            raise ValueError("preset and preset_name go together")
+
+
+@dataclass(frozen=True, kw_only=True)
+class RunResult:
+    run_dir: Path
+    exit_code: ExitCode
+    fault: RunFault | None
+    evaluation: Evaluation | None
+    target: TargetInfo | None
+    notes: tuple[str, ...] = ()
+
+
+def new_run_id() -> str:
+    stamp = dt.datetime.now(dt.timezone.utc).strftime("%Y%m%dT%H%M%SZ")
+    return f"{stamp}-{secrets.token_hex(3)}"
+
+
+def _bucket_bounds(info: TargetInfo) -> dict[str, list[float]]:
+    bounds = dict(info.bucket_bounds)
+    if info.has_step_records:
+        # Step latency is judged from exact step records here, not from the histogram.
+        bounds.pop("step_duration_seconds", None)
+    return bounds
+
+
+class _Run:
+    def __init__(self, config: RunConfig, view: LiveView, suite: Suite) -> None:
+        self.config = config
+        self.view = view
+        self.suite = suite
+        self.server: BundledServer | None = None
+        self.children: list[ChildProcess] = []
+        self.client: TargetClient | None = None
+        self.info: TargetInfo | None = None
+        self.restore: tuple[str, dict[str, Any]] | None = None
+        self.manifest = Manifest(
+            path=config.run_dir / "manifest.json",
+            gates_file=str(suite.path.resolve()),
+            gates_hash=suite.gates_file.sha256,
+            scale=config.scale,
+            preset=config.preset_name,
+        )
+        self.manifest.extra["server_args"] = list(config.server_args)
+        self.manifest.extra["gates_source"] = suite.source
+        self.manifest.extra["gates_skipped"] = list(suite.skipped)
+
+    def setup(self) -> None:
+        c = self.config
+        if c.target_url is None:
+            self.view.message("batchgate: starting the bundled reference server")
+            options = dataclasses.replace(
+                c.server_options,
+                preset_flags=tuple(server_flags(c.preset or {})),
+                extra_args=c.server_args,
+            )
+            try:
+                self.server = start_bundled_server(c.run_dir, options)
+            except ProcessError as exc:
+                raise RunSetupError(
+                    f"the bundled server did not start: {exc}", ExitCode.NO_DATA
+                ) from exc
+            self.children.append(self.server.child)
+            url = self.server.url
+        else:
+            url = c.target_url
+        self.client = TargetClient(url, api_key=c.api_key, admin_token=c.admin_token)
+        if c.target_url is not None and c.preset is not None:
+            self._apply_live_preset(url)
+        try:
+            self.info = self.client.info()
+        except TargetError as exc:
+            raise RunSetupError(f"target not usable: {exc}", ExitCode.NO_DATA) from exc
+        # Raises GatesFileError (exit 4) before any load when a histogram cannot resolve a gate.
+        validate_against_buckets(self.suite.gates_file, _bucket_bounds(self.info))
+        self.manifest.target = self.info.to_manifest()
+        self.manifest.write()
+
+    def _apply_live_preset(self, url: str) -> None:
+        from gate.rollback import RollbackError, apply_preset
+
+        c = self.config
+        assert c.preset is not None
+        fixed = start_only(c.preset)
+        if fixed:
+            raise RunSetupError(
+                f"preset {c.preset_name!r} sets {', '.join(fixed)}, which a running server "
+                "cannot change; restart the target with it, or run without --target",
+                ExitCode.USAGE,
+            )
+        try:
+            apply_preset(url, live_settings(c.preset), admin_token=c.admin_token)
+        except RollbackError as exc:
+            raise RunSetupError(
+                f"cannot apply preset {c.preset_name!r}: {exc}", ExitCode.USAGE
+            ) from exc
+        self.view.message(f"batchgate: applied preset {c.preset_name!r} to {url}")
+
+    def profiles(self) -> RunFault | None:
+        c = self.config
+        assert self.client is not None and self.info is not None
+        settings = c.session or SessionSettings(
+            scale=c.scale,
+            api_key=c.api_key,
+            admin_token=c.admin_token,
+            load_workers=c.load_workers,
+        )
+        for index, plan in enumerate(c.plans, start=1):
+            session = ProfileSession(
+                plan=plan,
+                run_dir=c.run_dir,
+                target=self.client,
+                server=None if self.server is None else self.server.child,
+                has_step_records=self.info.has_step_records,
+                settings=settings,
+                view=self.view,
+                index=index,
+                total=len(c.plans),
+                children=self.children,
+            )
+            outcome = session.run()
+            self.manifest.add_profile(plan.name, outcome.load, plan.overrides)
+            self.manifest.observers[plan.name] = outcome.observers
+            self.manifest.write()
+            if outcome.fault is not None:
+                return outcome.fault
+        return None
+
+    def _restore_settings(self, url: str, settings: dict[str, Any]) -> None:
+        self.view.message(_restore(url, settings, self.config.admin_token))
+
+    def cleanup(self) -> None:
+        """Stop every child; a Ctrl-C now would leave strays, so it waits until this is done."""
+        previous = signal.signal(signal.SIGINT, signal.SIG_IGN) if _main_thread() else None
+        try:
+            for child in reversed(self.children):
+                if child.alive:
+                    child.stop(timeout_seconds=self.config.server_options.stop_timeout_seconds)
+                else:
+                    child.stop(timeout_seconds=1.0)
+            if self.restore is not None:
+                self._restore_settings(*self.restore)
+            if self.client is not None:
+                self.client.close()
+        finally:
+            if previous is not None:
+                signal.signal(signal.SIGINT, previous)
+
+
+def _restore(url: str, settings: dict[str, Any], admin_token: str | None) -> str:
+    from gate.rollback import RollbackError, apply_preset
+
+    try:
+        apply_preset(url, settings, admin_token=admin_token)
+    except RollbackError as exc:
+        return f"batchgate: could not restore the batching settings of {url}: {exc}"
+    return f"batchgate: restored the batching settings {url} had before the run"
+
+
+def _main_thread() -> bool:
+    return threading.current_thread() is threading.main_thread()
+
+
+def execute(config: RunConfig, view: LiveView) -> RunResult:
+    """Run everything; raises RunSetupError (or GatesFileError) when it could not start."""
+    suite = select_suite(
+        config.gates_file, config.gates_text, [p.name for p in config.plans], config.run_dir
+    )
+    run = _Run(config, view, suite)
+    fault: RunFault | None = None
+    finished = False
+    try:
+        with terminate_as_exception():
+            try:
+                run.setup()
+                fault = run.profiles()
+            except (KeyboardInterrupt, Terminated) as exc:
+                what = "Ctrl-C" if isinstance(exc, KeyboardInterrupt) else str(exc)
+                fault = RunFault(ended="interrupted", reason=f"stopped by the user ({what})")
+            except ProcessError as exc:  # the load generator could not even start
+                fault = RunFault(ended="load_crashed", reason=str(exc))
+        finished = True
+    finally:
+        run.cleanup()
+        if run.info is not None:  # measurement started: the manifest says how it ended
+            if not finished and fault is None:
+                # An unexpected error is on its way out: never leave "completed" behind.
+                fault = RunFault(ended="interrupted", reason="batchgate stopped on an error")
+            run.manifest.finish(
+                fault.ended if fault else "completed", fault.message if fault else None
+            )
+            run.manifest.write()
+    if run.info is None and fault is not None:
+        return RunResult(
+            run_dir=config.run_dir,
+            exit_code=FAULT_EXIT_CODE,
+            fault=fault,
+            evaluation=None,
+            target=None,
+            notes=("interrupted before any load",),
+        )
+    return _judge(config, run, fault)
+
+
+def _judge(config: RunConfig, run: _Run, fault: RunFault | None) -> RunResult:
+    notes: list[str] = []
+    try:
+        data = load_run(config.run_dir)
+    except RunDirError as exc:
+        notes.append(f"nothing to evaluate: {exc}")
+        return RunResult(
+            run_dir=config.run_dir,
+            exit_code=FAULT_EXIT_CODE,
+            fault=fault,
+            evaluation=None,
+            target=run.info,
+            notes=tuple(notes),
+        )
+    evaluation = evaluate(
+        data,
+        run.suite.gates_file,
+        baseline=config.baseline,
+        inconclusive_policy=config.inconclusive_policy,
+    )
+    if run.suite.skipped:
+        skipped = "; ".join(run.suite.skipped)
+        evaluation = dataclasses.replace(
+            evaluation, notes=(*evaluation.notes, f"gates not judged in this run: {skipped}")
+        )
+    if config.target_url is not None:
+        evaluation = dataclasses.replace(evaluation, rollback_target=config.target_url)
+    write_outputs(config.run_dir, evaluation)
+    if config.write_report:
+        notes.extend(_report(config.run_dir, evaluation, data))
+    code = FAULT_EXIT_CODE if fault is not None else evaluation.exit_code
+    return RunResult(
+        run_dir=config.run_dir,
+        exit_code=ExitCode(code),
+        fault=fault,
+        evaluation=evaluation,
+        target=run.info,
+        notes=tuple(notes),
+    )
+
+
+def _report(run_dir: Path, evaluation: Evaluation, data: Any) -> Sequence[str]:
+    try:
+        from gate.report_html import write_report
+    except ImportError:
+        return ("report.html skipped: gate.report_html is not available in this build",)
+    try:
+        write_report(run_dir, evaluation, run=data)
+    except Exception as exc:  # the report is a convenience: its failure must not hide verdicts
+        return (f"report.html not written: {type(exc).__name__}: {exc}",)
+    return ()

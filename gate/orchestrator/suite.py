@@ -1,0 +1,73 @@
+"""The gates a run judges, and the copy of them it keeps in its run directory.
+
+Owns selecting the gates that apply to the profiles being run (a gate scoped to profiles that
+are not run, or comparing to a reference profile that is not run, is skipped and listed, so
+`--profiles burst` judges the burst gates instead of reporting "no data" for the rest) and
+writing the effective gates file into the run directory (`gates.yaml`; the original text when
+nothing is skipped), which manifest.json names so `batchgate check RUN_DIR` judges exactly the
+same gates again. It does not evaluate anything.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+import yaml
+
+from gate.gates_file import Gate, GatesFile, loads
+
+__all__ = ["Suite", "select_suite"]
+
+SUITE_FILE = "gates.yaml"
+
+
+@dataclass(frozen=True, kw_only=True)
+class Suite:
+    gates_file: GatesFile  # the effective gates, read back from `path`
+    path: Path
+    source: str  # the gates file the user gave
+    skipped: tuple[str, ...]  # "name (why)"
+
+
+def _needs(gate: Gate) -> set[str]:
+    needed = set(gate.relative_to.profile or ()) if gate.relative_to is not None else set()
+    return needed
+
+
+def _skip_reason(gate: Gate, profiles: set[str]) -> str | None:
+    scoped = set(gate.scope.profile or ())
+    if scoped and not scoped & profiles:
+        return f"{gate.name} (profile {', '.join(sorted(scoped))} not run)"
+    missing = _needs(gate) - profiles
+    if missing:
+        return f"{gate.name} (reference profile {', '.join(sorted(missing))} not run)"
+    return None
+
+
+def select_suite(
+    gates_file: GatesFile, source_text: str, profiles: Sequence[str], run_dir: Path
+) -> Suite:
+    """Write `run_dir/gates.yaml` with the gates that apply to `profiles`; return them."""
+    chosen = set(profiles)
+    skipped = [reason for g in gates_file.gates if (reason := _skip_reason(g, chosen))]
+    text = source_text
+    if skipped:
+        data = yaml.safe_load(source_text)
+        keep = {g.name for g in gates_file.gates if _skip_reason(g, chosen) is None}
+        data["gates"] = [g for g in data.get("gates") or [] if g.get("name") in keep]
+        header = (
+            f"# Effective gates of this run: {gates_file.path} without the gates that apply to\n"
+            f"# profiles not run ({', '.join(s.split(' ', 1)[0] for s in skipped)}).\n"
+        )
+        text = header + yaml.safe_dump(data, sort_keys=False)
+    path = run_dir / SUITE_FILE
+    run_dir.mkdir(parents=True, exist_ok=True)
+    path.write_text(text, encoding="utf-8")
+    return Suite(
+        gates_file=loads(text, path=str(path)),
+        path=path,
+        source=str(Path(gates_file.path)),
+        skipped=tuple(skipped),
+    )

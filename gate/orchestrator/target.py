@@ -1,0 +1,161 @@
+"""What a run asks the target directly: health, model, batching settings, metrics, in-flight.
+
+Owns the small HTTP exchanges the orchestrator makes outside the observers: the start-of-run
+look at the target (model from `/v1/models`, batching from `/admin/batching` where the server
+has it, server kind and histogram buckets from one `/metrics` scrape), the health probe used to
+notice a dead target, and the in-flight count (running + waiting, from `/metrics`) used to wait
+for the drain. Every call has a timeout and reports failure as a value, never a traceback.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from dataclasses import dataclass, field
+from typing import Any
+
+import httpx
+
+from gate.observers import detect_server_kind, map_metrics, parse_exposition
+
+__all__ = ["TargetClient", "TargetError", "TargetInfo", "settings_hash"]
+
+
+class TargetError(RuntimeError):
+    """The target could not be reached or answered nonsense (message says which URL, why)."""
+
+
+def settings_hash(settings: dict[str, Any] | None) -> str | None:
+    if settings is None:
+        return None
+    canonical = json.dumps(settings, sort_keys=True, separators=(",", ":"))
+    return hashlib.sha256(canonical.encode()).hexdigest()
+
+
+@dataclass(frozen=True, kw_only=True)
+class TargetInfo:
+    url: str
+    server_kind: str
+    model: str | None
+    batching: dict[str, Any] | None
+    bucket_bounds: dict[str, list[float]] = field(default_factory=dict)
+    has_step_records: bool = False
+
+    def to_manifest(self) -> dict[str, Any]:
+        return {
+            "url": self.url,
+            "server_kind": self.server_kind,
+            "model": self.model,
+            "batching": self.batching,
+            "batching_hash": settings_hash(self.batching),
+        }
+
+
+class TargetClient:
+    def __init__(
+        self,
+        url: str,
+        *,
+        api_key: str | None = None,
+        admin_token: str | None = None,
+        timeout_seconds: float = 5.0,
+    ) -> None:
+        self.url = url.rstrip("/")
+        self._api_headers = {"Authorization": f"Bearer {api_key}"} if api_key else {}
+        self._admin_headers = {"Authorization": f"Bearer {admin_token}"} if admin_token else {}
+        self._client = httpx.Client(timeout=timeout_seconds)
+
+    def close(self) -> None:
+        self._client.close()
+
+    def __enter__(self) -> TargetClient:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def _get(self, path: str, headers: dict[str, str]) -> httpx.Response:
+        try:
+            return self._client.get(self.url + path, headers=headers)
+        except httpx.HTTPError as exc:
+            raise TargetError(
+                f"cannot reach {self.url}{path}: {type(exc).__name__}: {exc}"
+            ) from exc
+
+    def healthy(self) -> bool:
+        try:
+            return self._client.get(self.url + "/health", timeout=2.0).status_code == 200
+        except httpx.HTTPError:
+            return False
+
+    def model(self) -> str | None:
+        response = self._get("/v1/models", self._api_headers)
+        if response.status_code != 200:
+            raise TargetError(f"{self.url}/v1/models answered HTTP {response.status_code}")
+        try:
+            data = response.json().get("data") or []
+        except (ValueError, AttributeError) as exc:
+            raise TargetError(f"{self.url}/v1/models is not an OpenAI model list") from exc
+        return str(data[0].get("id")) if data and isinstance(data[0], dict) else None
+
+    def batching(self) -> dict[str, Any] | None:
+        """The bundled server's live settings; None for servers without /admin/batching."""
+        response = self._get("/admin/batching", self._admin_headers)
+        if response.status_code != 200:
+            return None
+        try:
+            body = response.json()
+        except ValueError:
+            return None
+        return body if isinstance(body, dict) else None
+
+    def has_step_records(self) -> bool:
+        response = self._get("/admin/steps?limit=1", self._admin_headers)
+        return response.status_code == 200
+
+    def scrape(self) -> tuple[str, dict[str, Any]]:
+        """(server kind, glossary metrics) from one /metrics scrape; raises TargetError."""
+        response = self._get("/metrics", self._api_headers)
+        if response.status_code != 200:
+            raise TargetError(f"{self.url}/metrics answered HTTP {response.status_code}")
+        try:
+            samples = parse_exposition(response.text)
+        except (ValueError, TypeError, IndexError) as exc:
+            raise TargetError(f"{self.url}/metrics is not a Prometheus exposition: {exc}") from exc
+        kind = detect_server_kind(samples)
+        metrics, _ = map_metrics(kind, samples)
+        return kind, metrics
+
+    def in_flight(self) -> int | None:
+        """Requests running + waiting on the target now; None when it does not say."""
+        try:
+            _, metrics = self.scrape()
+        except TargetError:
+            return None
+        total, seen = 0.0, False
+        for name in ("num_requests_running", "num_requests_waiting"):
+            value = metrics.get(name)
+            if isinstance(value, dict):
+                total += sum(float(v) for v in value.values())
+                seen = True
+            elif isinstance(value, (int, float)):
+                total += float(value)
+                seen = True
+        return round(total) if seen else None
+
+    def info(self) -> TargetInfo:
+        """The start-of-run look at the target; raises TargetError when it is not usable."""
+        kind, metrics = self.scrape()
+        bounds = {
+            name: sorted(float(le) for le in value["buckets"])
+            for name, value in metrics.items()
+            if isinstance(value, dict) and isinstance(value.get("buckets"), dict)
+        }
+        return TargetInfo(
+            url=self.url,
+            server_kind=kind,
+            model=self.model(),
+            batching=self.batching(),
+            bucket_bounds=bounds,
+            has_step_records=self.has_step_records(),
+        )

@@ -1,0 +1,50 @@
+"""Each failure preset of the default gates.yaml fails the gate it is there to show, exit 1, and
+the report names the knob the gate implicates and the rollback command (scaled-down runs: only
+the profiles the gate needs, smoke scale)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+from e2e_support import assert_no_strays, read_json, run_batchgate, verdict
+
+pytestmark = pytest.mark.slow
+
+CASES = [
+    # preset, profiles run, the gate that must fail, the knob it names
+    ("big_window", "night_trickle", "trickle_ttft@night_trickle", "interactive.max_wait_ms"),
+    ("static", "mixed_lengths", "mixed_short_e2e@mixed_lengths", "policy"),
+    ("small_kv", "burst", "burst_recompute_ratio@burst", "kv_cache_memory_bytes"),
+    (
+        "shared_queue",
+        "night_trickle,priority_mix",
+        "priority_isolation@priority_mix",
+        "shared_queue",
+    ),
+]
+
+
+@pytest.mark.parametrize(
+    ("preset", "profiles", "gate_id", "knob"), CASES, ids=[c[0] for c in CASES]
+)
+def test_failure_preset_fails_its_gate(
+    tmp_path: Path, preset: str, profiles: str, gate_id: str, knob: str
+) -> None:
+    done = run_batchgate(tmp_path, preset, "--preset", preset, "--profiles", profiles)
+    assert done.code == 1, done.stdout[-4000:] + done.stderr[-4000:]
+    verdicts = read_json(done.run_dir / "verdicts.json")
+    assert verdicts["exit_code"] == 1
+    failed = verdict(verdicts, gate_id)
+    assert failed["status"] == "fail", failed
+    assert failed["rollback"] == "safe"
+    assert knob in failed["knob"]
+    assert f"implicates batching knob: {failed['knob']}" in done.stdout
+    assert "--to safe" in done.stdout
+    assert "--to safe" in (done.run_dir / "summary.md").read_text(encoding="utf-8")
+    manifest = read_json(done.run_dir / "manifest.json")
+    assert manifest["preset"] == preset and manifest["ended"] == "completed"
+    if preset == "shared_queue":
+        # The ratio to the unloaded TTFT: ~34x against a 16x limit on the dev machine.
+        assert verdict(verdicts, "priority_isolation@priority_mix")["status"] != "pass"
+    assert_no_strays(done.run_dir)
