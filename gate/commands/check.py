@@ -15,10 +15,16 @@ from pathlib import Path
 
 from rich.console import Console
 
-from gate.baseline import BaselineError, BaselineStore
+from gate.commands._common import (
+    CommandStop,
+    add_evaluation_arguments,
+    find_gates_file,
+    load_baseline,
+    load_gates,
+    rollback_target,
+)
 from gate.evaluate import evaluate
 from gate.exit_codes import ExitCode
-from gate.gates_file import GatesFileError, load
 from gate.outputs import summary, terminal
 from gate.rundir import RunDirError, load_run
 from gate.verdicts import write_outputs
@@ -38,65 +44,35 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     parser.add_argument(
         "--gates", metavar="FILE", help="gates file (default: the run's, else ./gates.yaml)"
     )
-    parser.add_argument("--baseline", metavar="NAME", help="baseline for regression gates")
-    parser.add_argument(
-        "--baseline-dir", metavar="DIR", help="baseline store (default .batchgate/baselines)"
-    )
-    parser.add_argument(
-        "--inconclusive", choices=("pass", "fail"), help="override the gates file's policy"
-    )
-    parser.add_argument(
-        "--rollback-target", metavar="URL", help="target URL shown in rollback commands"
-    )
+    add_evaluation_arguments(parser)
     parser.add_argument(
         "--no-write", action="store_true", help="do not write verdicts.json, junit.xml, summary.md"
     )
     parser.set_defaults(func=run)
 
 
-def _gates_path(args: argparse.Namespace, manifest: dict | None) -> Path | None:
-    if args.gates:
-        return Path(args.gates)
-    recorded = (manifest or {}).get("gates_file")
-    if recorded and Path(recorded).exists():
-        return Path(recorded)
-    default = Path("gates.yaml")
-    return default if default.exists() else None
-
-
 def run(args: argparse.Namespace) -> int:
-    if args.gates:
-        try:
-            gates_file = load(args.gates)
-        except GatesFileError as exc:
-            print(f"batchgate check: {exc}", file=sys.stderr)
-            return int(ExitCode.INVALID_GATES)
     try:
-        run_data = load_run(args.run_dir)
-    except RunDirError as exc:
-        print(f"batchgate check: {exc}", file=sys.stderr)
-        return int(ExitCode.NO_DATA)
-    if not args.gates:
-        path = _gates_path(args, run_data.manifest)
-        if path is None:
-            print("batchgate check: no gates file (pass --gates FILE)", file=sys.stderr)
-            return int(ExitCode.USAGE)
+        # An explicit gates file is read before the run: a broken one is exit 4 whatever the
+        # run directory holds.
+        gates_file = load_gates(args.gates) if args.gates else None
         try:
-            gates_file = load(path)
-        except GatesFileError as exc:
-            print(f"batchgate check: {exc}", file=sys.stderr)
-            return int(ExitCode.INVALID_GATES)
-    baseline = None
-    if args.baseline:
-        try:
-            baseline = BaselineStore(args.baseline_dir).load(args.baseline)
-        except BaselineError as exc:
-            print(f"batchgate check: {exc}", file=sys.stderr)
-            return int(ExitCode.USAGE)
+            run_data = load_run(args.run_dir)
+        except RunDirError as exc:
+            raise CommandStop(str(exc), ExitCode.NO_DATA) from None
+        if gates_file is None:
+            path = find_gates_file(args.gates, run_data.manifest)
+            if path is None:
+                raise CommandStop("no gates file (pass --gates FILE)", ExitCode.USAGE)
+            gates_file = load_gates(path)
+        baseline = load_baseline(args.baseline, args.baseline_dir)
+    except CommandStop as stop:
+        print(f"batchgate check: {stop}", file=sys.stderr)
+        return int(stop.code)
     evaluation = evaluate(
         run_data, gates_file, baseline=baseline, inconclusive_policy=args.inconclusive
     )
-    target = args.rollback_target or ((run_data.manifest or {}).get("target") or {}).get("url")
+    target = rollback_target(args.rollback_target, run_data.manifest)
     if target:
         evaluation = replace(evaluation, rollback_target=target)
     if not args.no_write:

@@ -15,20 +15,13 @@ from pathlib import Path
 
 from rich.console import Console
 
+from gate.commands._common import CommandStop, load_gates, read_saved_verdicts
 from gate.compare import compare, render
 from gate.evaluate import evaluate
 from gate.exit_codes import ExitCode
-from gate.gates_file import GatesFileError, load
 from gate.rundir import RunData, RunDirError, load_run
-from gate.verdicts import Evaluation, read_verdicts
 
 __all__ = ["register", "run"]
-
-
-class _Stop(Exception):
-    def __init__(self, message: str, code: ExitCode) -> None:
-        super().__init__(message)
-        self.code = code
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
@@ -53,51 +46,37 @@ def register(subparsers: argparse._SubParsersAction) -> None:
 def _read(path_text: str) -> RunData:
     path = Path(path_text)
     if not path.exists():
-        raise _Stop(f"{path}: no such run directory", ExitCode.USAGE)
+        raise CommandStop(f"{path}: no such run directory", ExitCode.USAGE)
     if not path.is_dir():
-        raise _Stop(f"{path}: not a directory", ExitCode.USAGE)
+        raise CommandStop(f"{path}: not a directory", ExitCode.USAGE)
     try:
         return load_run(path)
     except RunDirError as exc:
-        raise _Stop(f"not a readable run: {exc}", ExitCode.NO_DATA) from None
-
-
-def _saved_verdicts(run: RunData) -> Evaluation | None:
-    path = Path(run.path) / "verdicts.json"
-    if not path.exists():
-        return None
-    try:
-        return read_verdicts(path)
-    except (OSError, ValueError, KeyError, TypeError) as exc:
-        raise _Stop(f"{path}: unreadable verdicts: {exc}", ExitCode.NO_DATA) from None
+        raise CommandStop(f"not a readable run: {exc}", ExitCode.NO_DATA) from None
 
 
 def run(args: argparse.Namespace) -> int:
     err = Console(stderr=True, highlight=False)
     try:
         if not 0.5 <= args.confidence < 1.0:
-            raise _Stop("--confidence must lie in [0.5, 1)", ExitCode.USAGE)
-        gates_file = None
-        if args.gates:
-            try:
-                gates_file = load(args.gates)
-            except GatesFileError as exc:
-                raise _Stop(str(exc), ExitCode.INVALID_GATES) from None
+            raise CommandStop("--confidence must lie in [0.5, 1)", ExitCode.USAGE)
+        gates_file = load_gates(args.gates) if args.gates else None
         run_a, run_b = _read(args.run_a), _read(args.run_b)
         if gates_file is not None:
             verdicts_a, verdicts_b = evaluate(run_a, gates_file), evaluate(run_b, gates_file)
         else:
-            verdicts_a, verdicts_b = _saved_verdicts(run_a), _saved_verdicts(run_b)
+            verdicts_a = read_saved_verdicts(Path(run_a.path) / "verdicts.json")
+            verdicts_b = read_saved_verdicts(Path(run_b.path) / "verdicts.json")
         comparison = compare(
             run_a, run_b, verdicts_a=verdicts_a, verdicts_b=verdicts_b, confidence=args.confidence
         )
         if not comparison.profiles:
-            raise _Stop(
+            raise CommandStop(
                 f"no profile in common (A: {', '.join(run_a.profiles) or 'none'}; "
                 f"B: {', '.join(run_b.profiles) or 'none'})",
                 ExitCode.NO_DATA,
             )
-    except _Stop as stop:
+    except CommandStop as stop:
         err.print(f"batchgate compare: {stop}", markup=False, soft_wrap=True)
         return int(stop.code)
     if args.json:

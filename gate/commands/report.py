@@ -15,24 +15,23 @@ from pathlib import Path
 
 from rich.console import Console
 
-from gate.baseline import BaselineError, BaselineStore
+from gate.commands._common import (
+    CommandStop,
+    add_evaluation_arguments,
+    find_gates_file,
+    load_baseline,
+    load_gates,
+    read_saved_verdicts,
+    rollback_target,
+)
 from gate.evaluate import evaluate
 from gate.exit_codes import ExitCode
-from gate.gates_file import GatesFileError, load
 from gate.outputs import terminal
 from gate.report_html import ReportError, write_report
 from gate.rundir import RunData, RunDirError, load_run
-from gate.verdicts import Evaluation, read_verdicts, write_outputs
+from gate.verdicts import Evaluation, write_outputs
 
 __all__ = ["register", "run"]
-
-
-class _Stop(Exception):
-    """Ends the command with a message and an exit code."""
-
-    def __init__(self, message: str, code: ExitCode) -> None:
-        super().__init__(message)
-        self.code = code
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
@@ -49,68 +48,38 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     parser.add_argument(
         "--saved", action="store_true", help="use the run's verdicts.json, do not re-evaluate"
     )
-    parser.add_argument("--baseline", metavar="NAME", help="baseline for regression gates")
-    parser.add_argument(
-        "--baseline-dir", metavar="DIR", help="baseline store (default .batchgate/baselines)"
-    )
-    parser.add_argument(
-        "--inconclusive", choices=("pass", "fail"), help="override the gates file's policy"
-    )
-    parser.add_argument(
-        "--rollback-target", metavar="URL", help="target URL shown in rollback commands"
-    )
+    add_evaluation_arguments(parser)
     parser.add_argument(
         "--out", metavar="FILE", help="where to write the page (default RUN_DIR/report.html)"
     )
     parser.set_defaults(func=run)
 
 
-def _gates_path(args: argparse.Namespace, run_data: RunData) -> Path | None:
-    if args.gates:
-        return Path(args.gates)
-    recorded = (run_data.manifest or {}).get("gates_file")
-    if recorded and Path(recorded).exists():
-        return Path(recorded)
-    default = Path("gates.yaml")
-    return default if default.exists() else None
-
-
 def _saved(run_dir: Path) -> Evaluation:
-    path = run_dir / "verdicts.json"
-    if not path.exists():
-        raise _Stop(
+    evaluation = read_saved_verdicts(run_dir / "verdicts.json")
+    if evaluation is None:
+        raise CommandStop(
             f"{run_dir}: no gates file to evaluate with and no verdicts.json (pass --gates FILE)",
             ExitCode.USAGE,
         )
-    try:
-        return read_verdicts(path)
-    except (OSError, ValueError, KeyError, TypeError) as exc:
-        raise _Stop(f"{path}: unreadable verdicts: {exc}", ExitCode.NO_DATA) from None
+    return evaluation
 
 
 def _evaluation(args: argparse.Namespace, run_dir: Path, run_data: RunData) -> Evaluation:
     if args.saved and args.gates:
-        raise _Stop("--saved and --gates exclude each other", ExitCode.USAGE)
-    gates_path = None if args.saved else _gates_path(args, run_data)
+        raise CommandStop("--saved and --gates exclude each other", ExitCode.USAGE)
+    gates_path = None if args.saved else find_gates_file(args.gates, run_data.manifest)
     if gates_path is None:
         return _saved(run_dir)
-    try:
-        gates_file = load(gates_path)
-    except GatesFileError as exc:
-        raise _Stop(str(exc), ExitCode.INVALID_GATES) from None
-    baseline = None
-    if args.baseline:
-        try:
-            baseline = BaselineStore(args.baseline_dir).load(args.baseline)
-        except BaselineError as exc:
-            raise _Stop(str(exc), ExitCode.USAGE) from None
+    gates_file = load_gates(gates_path)
+    baseline = load_baseline(args.baseline, args.baseline_dir)
     evaluation = evaluate(
         run_data, gates_file, baseline=baseline, inconclusive_policy=args.inconclusive
     )
     try:
         write_outputs(run_dir, evaluation)
     except OSError as exc:
-        raise _Stop(f"cannot write outputs into {run_dir}: {exc}", ExitCode.USAGE) from None
+        raise CommandStop(f"cannot write outputs into {run_dir}: {exc}", ExitCode.USAGE) from None
     return evaluation
 
 
@@ -119,13 +88,13 @@ def run(args: argparse.Namespace) -> int:
     run_dir = Path(args.run_dir)
     try:
         if not run_dir.is_dir():
-            raise _Stop(f"{run_dir}: not a directory", ExitCode.USAGE)
+            raise CommandStop(f"{run_dir}: not a directory", ExitCode.USAGE)
         try:
             run_data = load_run(run_dir)
         except RunDirError as exc:
-            raise _Stop(str(exc), ExitCode.NO_DATA) from None
+            raise CommandStop(str(exc), ExitCode.NO_DATA) from None
         evaluation = _evaluation(args, run_dir, run_data)
-        target = args.rollback_target or ((run_data.manifest or {}).get("target") or {}).get("url")
+        target = rollback_target(args.rollback_target, run_data.manifest)
         if target:
             evaluation = dataclasses.replace(evaluation, rollback_target=target)
         try:
@@ -133,8 +102,8 @@ def run(args: argparse.Namespace) -> int:
                 run_dir, evaluation, out=Path(args.out) if args.out else None, run=run_data
             )
         except ReportError as exc:
-            raise _Stop(str(exc), ExitCode.USAGE) from None
-    except _Stop as stop:
+            raise CommandStop(str(exc), ExitCode.USAGE) from None
+    except CommandStop as stop:
         err.print(f"batchgate report: {stop}", markup=False, soft_wrap=True)
         return int(stop.code)
     Console(highlight=False).print(terminal.render(evaluation))

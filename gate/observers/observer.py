@@ -2,7 +2,9 @@
 
 Owns the timing loop (fixed-rate ticks that skip, not pile up, when a tick runs late), the
 bounded start/stop of the thread, the append-only JSONL file and the counters every observer
-reports to the run manifest. It does not know what is observed: subclasses implement `tick()`.
+reports to the run manifest; for observers that poll one HTTP endpoint of the target, also the
+client, its URL and the shutdown that closes them. It does not know what is observed:
+subclasses implement `tick()`.
 """
 
 from __future__ import annotations
@@ -14,13 +16,16 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import IO, Any, TypeVar
 
+import httpx
 import orjson
 
 __all__ = [
+    "HttpPollingObserver",
     "JsonlWriter",
     "ObserverConfigError",
     "ObserverSummary",
     "PeriodicObserver",
+    "check_http_poll_config",
     "config_from_mapping",
 ]
 
@@ -46,6 +51,21 @@ def config_from_mapping(cls: type[C], mapping: Mapping[str, Any]) -> C:
             f"known: {', '.join(sorted(names))}"
         )
     return cls(**mapping)
+
+
+def check_http_poll_config(owner: str, config: Any) -> None:
+    """Validates the fields every HTTP polling config has: `target_url`, `interval_seconds` and
+    `timeout_seconds`; errors start with `owner`."""
+    url = config.target_url
+    if not isinstance(url, str) or not url.startswith(("http://", "https://")):
+        raise ObserverConfigError(
+            f"{owner}: target_url must start with http:// or https://, got {url!r}"
+        )
+    for field in ("interval_seconds", "timeout_seconds"):
+        if not getattr(config, field) > 0:
+            raise ObserverConfigError(
+                f"{owner}: {field} must be > 0, got {getattr(config, field)!r}"
+            )
 
 
 @dataclasses.dataclass
@@ -203,3 +223,43 @@ class PeriodicObserver:
                 self._late_ticks += skipped
                 next_at += skipped * self.interval_seconds
             self._stop_event.wait(next_at - now)
+
+
+class HttpPollingObserver(PeriodicObserver):
+    """A PeriodicObserver that polls one path of the target over HTTP and writes JSONL.
+
+    Holds the client (closed in stop() only when this observer made it), the full URL, the
+    writer and `_lock`, which subclasses take around every request and write: the poll thread
+    and a caller's explicit fetch share the client and the file. Once stopped, `_closed` is set
+    under the lock so a late explicit fetch cannot write to a closed file.
+    """
+
+    def __init__(
+        self,
+        *,
+        target_url: str,
+        path: str,
+        out_path: Path,
+        interval_seconds: float,
+        timeout_seconds: float,
+        bearer_token: str | None,
+        client: httpx.Client | None,
+    ) -> None:
+        # stop() waits out one request that is already in flight, and a little more.
+        super().__init__(
+            interval_seconds=interval_seconds, join_timeout_seconds=timeout_seconds + 2.0
+        )
+        self._own_client = client is None
+        headers = {"Authorization": f"Bearer {bearer_token}"} if bearer_token else None
+        self._client = client or httpx.Client(timeout=timeout_seconds, headers=headers)
+        self._url = target_url.rstrip("/") + path
+        self._writer = JsonlWriter(out_path)
+        self._lock = threading.Lock()
+        self._closed = False
+
+    def teardown(self) -> None:
+        with self._lock:
+            self._closed = True
+            self._writer.close()
+            if self._own_client:
+                self._client.close()

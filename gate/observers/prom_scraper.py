@@ -10,7 +10,6 @@ glossary names. It does not know about gates, windows or the meaning of any metr
 from __future__ import annotations
 
 import dataclasses
-import threading
 import time
 from pathlib import Path
 from typing import Any
@@ -19,7 +18,11 @@ import httpx
 from prometheus_client.parser import text_string_to_metric_families
 
 from gate.observers.namemaps import SERVER_KINDS, detect_server_kind, map_metrics
-from gate.observers.observer import JsonlWriter, ObserverConfigError, PeriodicObserver
+from gate.observers.observer import (
+    HttpPollingObserver,
+    ObserverConfigError,
+    check_http_poll_config,
+)
 
 __all__ = ["PHASES", "PromScraper", "ScraperConfig", "parse_exposition"]
 
@@ -39,20 +42,7 @@ class ScraperConfig:
     def __post_init__(self) -> None:
         if not isinstance(self.out_path, Path):
             object.__setattr__(self, "out_path", Path(self.out_path))
-        if not isinstance(self.target_url, str) or not self.target_url.startswith(
-            ("http://", "https://")
-        ):
-            raise ObserverConfigError(
-                f"scraper: target_url must start with http:// or https://, got {self.target_url!r}"
-            )
-        if not self.interval_seconds > 0:
-            raise ObserverConfigError(
-                f"scraper: interval_seconds must be > 0, got {self.interval_seconds!r}"
-            )
-        if not self.timeout_seconds > 0:
-            raise ObserverConfigError(
-                f"scraper: timeout_seconds must be > 0, got {self.timeout_seconds!r}"
-            )
+        check_http_poll_config("scraper", self)
         if self.server_kind is not None and self.server_kind not in SERVER_KINDS:
             raise ObserverConfigError(
                 f"scraper: server_kind must be one of {', '.join(SERVER_KINDS)}, "
@@ -71,26 +61,23 @@ def parse_exposition(text: str) -> dict[str, list[tuple[dict[str, str], float]]]
     return samples
 
 
-class PromScraper(PeriodicObserver):
+class PromScraper(HttpPollingObserver):
     """Polls `/metrics` in the background; `scrape_now()` adds exact phase scrapes."""
 
     name = "prom_scraper"
 
     def __init__(self, config: ScraperConfig, *, client: httpx.Client | None = None) -> None:
         super().__init__(
+            target_url=config.target_url,
+            path=config.metrics_path,
+            out_path=config.out_path,
             interval_seconds=config.interval_seconds,
-            join_timeout_seconds=config.timeout_seconds + 2.0,
+            timeout_seconds=config.timeout_seconds,
+            bearer_token=config.api_key,
+            client=client,
         )
         self.config = config
-        self._own_client = client is None
-        headers = {"Authorization": f"Bearer {config.api_key}"} if config.api_key else None
-        self._client = client or httpx.Client(timeout=config.timeout_seconds, headers=headers)
-        self._url = config.target_url.rstrip("/") + config.metrics_path
-        self._writer = JsonlWriter(config.out_path)
-        # The poll thread and scrape_now() share the client and the file.
-        self._lock = threading.Lock()
         self._server_kind = config.server_kind
-        self._closed = False
 
     @property
     def server_kind(self) -> str | None:
@@ -152,10 +139,6 @@ class PromScraper(PeriodicObserver):
         }
 
     def teardown(self) -> None:
-        with self._lock:
-            self._closed = True
-            self._writer.close()
-            if self._own_client:
-                self._client.close()
+        super().teardown()
         self.summary.extra["server_kind"] = self._server_kind or "unknown"
         self.summary.extra["url"] = self._url

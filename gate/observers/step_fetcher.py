@@ -9,13 +9,12 @@ such endpoint (404: step gates then use histogram estimates). It does not interp
 from __future__ import annotations
 
 import dataclasses
-import threading
 from pathlib import Path
 from typing import Any
 
 import httpx
 
-from gate.observers.observer import JsonlWriter, ObserverConfigError, PeriodicObserver
+from gate.observers.observer import HttpPollingObserver, check_http_poll_config
 
 __all__ = ["StepFetcher", "StepFetcherConfig"]
 
@@ -37,43 +36,30 @@ class StepFetcherConfig:
     def __post_init__(self) -> None:
         if not isinstance(self.out_path, Path):
             object.__setattr__(self, "out_path", Path(self.out_path))
-        if not isinstance(self.target_url, str) or not self.target_url.startswith(
-            ("http://", "https://")
-        ):
-            raise ObserverConfigError(
-                f"step fetcher: target_url must start with http:// or https://, "
-                f"got {self.target_url!r}"
-            )
-        for field in ("interval_seconds", "timeout_seconds"):
-            if not getattr(self, field) > 0:
-                raise ObserverConfigError(
-                    f"step fetcher: {field} must be > 0, got {getattr(self, field)!r}"
-                )
+        check_http_poll_config("step fetcher", self)
 
 
-class StepFetcher(PeriodicObserver):
+class StepFetcher(HttpPollingObserver):
     """Polls /admin/steps and appends each new record (plus `t` = its wall time) once."""
 
     name = "step_fetcher"
 
     def __init__(self, config: StepFetcherConfig, *, client: httpx.Client | None = None) -> None:
         super().__init__(
+            target_url=config.target_url,
+            path=config.steps_path,
+            out_path=config.out_path,
             interval_seconds=config.interval_seconds,
-            join_timeout_seconds=config.timeout_seconds + 2.0,
+            timeout_seconds=config.timeout_seconds,
+            bearer_token=config.admin_token,
+            client=client,
         )
         self.config = config
-        self._own_client = client is None
-        headers = {"Authorization": f"Bearer {config.admin_token}"} if config.admin_token else None
-        self._client = client or httpx.Client(timeout=config.timeout_seconds, headers=headers)
-        self._url = config.target_url.rstrip("/") + config.steps_path
-        self._writer = JsonlWriter(config.out_path)
-        self._lock = threading.Lock()
         self._cursor: int | None = None  # highest seq written (or skipped by from_now)
         self._synced = False
         self.available: bool | None = None  # None until the target answered once
         self.unavailable_reason: str | None = None
         self._malformed = 0
-        self._closed = False
 
     def tick(self) -> None:
         self.fetch_now()
@@ -185,11 +171,7 @@ class StepFetcher(PeriodicObserver):
         self.summary.add_note(reason)
 
     def teardown(self) -> None:
-        with self._lock:
-            self._closed = True
-            self._writer.close()
-            if self._own_client:
-                self._client.close()
+        super().teardown()
         self.summary.extra.update(
             {
                 "available": self.available,
