@@ -33,8 +33,11 @@ def itl_gaps(
     n = len(num_chunks)
     if len(times) < 2:
         return np.zeros(0, dtype=np.float32), np.zeros(n, dtype=np.int64)
-    owner = np.repeat(np.arange(n), num_chunks)
-    same = owner[1:] == owner[:-1]  # gap between two chunks of the same request
+    # Gap j joins chunks j and j + 1; it crosses a request boundary right after each request's
+    # last chunk (a mask from the boundaries: cheaper than comparing per-chunk owners).
+    ends = np.cumsum(num_chunks)[:-1]
+    same = np.ones(len(times) - 1, dtype=bool)
+    same[ends[(ends > 0) & (ends < len(times))] - 1] = False
     # float32 halves the largest array of a run (32M gaps for 1M requests); its 24-bit mantissa
     # still resolves a 20 ms gap to about a nanosecond.
     delta = np.diff(times)[same].astype(np.float32)
@@ -42,6 +45,7 @@ def itl_gaps(
         return delta, np.maximum(num_chunks - 1, 0).astype(np.int64)
     k = tokens[1:][same]
     gaps = np.repeat(delta / np.maximum(k, 1).astype(np.float32), np.maximum(k, 0))
+    owner = np.repeat(np.arange(n), num_chunks)
     counts = np.bincount(owner[1:][same], weights=k, minlength=n).astype(np.int64)
     return gaps, counts
 

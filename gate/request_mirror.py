@@ -135,10 +135,11 @@ def _itl(
         block_tokens = np.asarray(tokens[lo:hi])
         # The JSONL reader's rule: when every record's token sum equals its chunk count, every
         # chunk counts as one token (a content chunk cannot carry zero tokens).
-        sums = np.concatenate(([0], np.cumsum(block_tokens, dtype=np.int64)))
-        bounds = np.concatenate(([0], np.cumsum(block_chunks)))
-        per_record = sums[bounds[1:]] - sums[bounds[:-1]]
-        one_each = np.array_equal(per_record, block_chunks)
+        one_each = len(block_tokens) == 0 or block_tokens.min() == block_tokens.max() == 1
+        if not one_each:
+            sums = np.concatenate(([0], np.cumsum(block_tokens, dtype=np.int64)))
+            bounds = np.concatenate(([0], np.cumsum(block_chunks)))
+            one_each = np.array_equal(sums[bounds[1:]] - sums[bounds[:-1]], block_chunks)
         gaps, counts = itl_gaps(
             np.asarray(times[lo:hi]),
             None if one_each else block_tokens.astype(np.int64),

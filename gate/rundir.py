@@ -109,7 +109,7 @@ def _read_jsonl(path: Path, notes: list[str]) -> list[dict[str, Any]] | None:
                     notes.append(f"{path.name}: skipped a partial last line")  # writer stopped
                     continue
                 raise RunDirError(f"{path}: record {number}: not a JSON object") from None
-    if any(not isinstance(r, dict) for r in records):
+    if records and set(map(type, records)) != {dict}:
         raise RunDirError(f"{path}: every line must be a JSON object")
     return records
 
