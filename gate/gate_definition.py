@@ -9,19 +9,16 @@ not know the file around a gate (`gate.gates_file`) or how a gate is judged (`ga
 
 from __future__ import annotations
 
-import re
 from collections.abc import Mapping
 from typing import Any
 
 from gate import glossary
 from gate.gates_model import Gate, Regression, Scope, Slos
-from gate.gates_yaml import FieldReader
+from gate.gates_yaml import NAME_RE, FieldReader
 from gate.glossary import PERCENTILES, Shape
 from gate.units import Threshold, UnitError, UnitKind, parse_quantity, parse_threshold
 
 __all__ = ["GateReader"]
-
-_NAME_RE = re.compile(r"^[A-Za-z0-9_.-]+$")
 
 
 class GateReader(FieldReader):
@@ -71,7 +68,7 @@ class GateReader(FieldReader):
         if "name" not in raw:
             raise self.err(kp, "every gate needs a `name`")
         name = self.text(raw["name"], f"{kp}.name")
-        if not _NAME_RE.match(name):
+        if not NAME_RE.match(name):
             raise self.err(f"{kp}.name", "gate names use letters, digits, _ . -")
         if "metric" not in raw:
             raise self.err(kp, "every gate needs a `metric` (a glossary name)")

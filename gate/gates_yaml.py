@@ -18,7 +18,9 @@ import yaml
 
 from gate.units import UnitError, UnitKind, parse_quantity
 
-__all__ = ["FieldReader", "GatesFileError", "Located", "compose"]
+__all__ = ["NAME_RE", "FieldReader", "GatesFileError", "Located", "compose"]
+
+NAME_RE = re.compile(r"^[A-Za-z0-9_.-]+$")  # gate and preset names
 
 _PARENT_RE = re.compile(r"(\.[^.\[]+|\[\d+\])$")
 

@@ -7,15 +7,13 @@ presets to a server (`gate.rollback`) and does not know gates.
 
 from __future__ import annotations
 
-import re
 from typing import Any
 
-from gate.gates_yaml import FieldReader
+from gate.gates_yaml import NAME_RE, FieldReader
 from gate.units import UnitError, UnitKind, parse_quantity
 
 __all__ = ["PresetReader"]
 
-_NAME_RE = re.compile(r"^[A-Za-z0-9_.-]+$")
 _POLICIES = ("continuous", "dynamic", "static")
 _CLASS_KEYS = {
     "max_waiting": "int0",
@@ -42,7 +40,7 @@ class PresetReader(FieldReader):
         raw = self.mapping(raw, kp, tuple(raw) if isinstance(raw, dict) else ())
         presets: dict[str, dict[str, Any]] = {}
         for name, body in raw.items():
-            if not _NAME_RE.match(str(name)):
+            if not NAME_RE.match(str(name)):
                 raise self.err(f"{kp}.{name}", "preset names use letters, digits, _ . -")
             body = self.mapping(body, f"{kp}.{name}", tuple(_PRESET_KEYS))
             presets[str(name)] = {

@@ -101,6 +101,8 @@ def read_mirror(jsonl_path: Path) -> dict[str, Any] | None:
     num_chunks = arrays["num_chunks"]
     if any(len(arrays[k]) != n for k in (*_FLOAT_FIELDS, *_CATEGORICAL_FIELDS, "num_chunks")):
         return None
+    if n and int(num_chunks.min()) < 0:
+        return None
     total = int(num_chunks.sum())
     if len(arrays["chunk_times"]) != total or len(arrays["chunk_tokens"]) != total:
         return None
