@@ -1,11 +1,15 @@
 """Benchmark: 30 gates over a run of 1,000,000 request records, from files on disk to verdicts.
 
 Generates the run once (realistic records with ~32 chunk times each, plus steps / scrapes / gpu
-files) into a temporary directory, then runs `load_run` + `evaluate` in a fresh child process
-(so peak RSS is that of the check alone) and prints a table; writes benchmarks/results/gate.json.
-Targets (issue 5): <= 5 s and <= 1 GiB peak RSS.
+files, and the columnar mirror `requests.columns/` that the load generator writes when its record
+writer closes, through the same `loadgen.columns.ColumnMirror`) into a temporary directory, then
+runs `load_run` + `evaluate` in a fresh child process (so peak RSS is that of the check alone)
+and prints a table; writes benchmarks/results/gate.json. Targets (issue 5): <= 5 s and <= 1 GiB
+peak RSS. `--jsonl-only` hides the mirror to measure parsing the JSONL (plus the gate's own
+column cache on later checks).
 
     .venv/bin/python benchmarks/bench_gate.py [--requests N] [--keep DIR] [--repeat K]
+        [--jsonl-only]
 """
 
 from __future__ import annotations
@@ -25,7 +29,10 @@ from pathlib import Path
 import numpy as np
 import orjson
 
+from loadgen.columns import ColumnMirror, columns_dir  # the load generator's own mirror writer
+
 ROOT = Path(__file__).resolve().parents[1]
+
 WALL0, MONO0 = 1_764_400_000.0, 1000.0
 
 GATES = """\
@@ -85,6 +92,7 @@ def generate(run_dir: Path, n: int, *, seed: int = 0, block: int = 50_000) -> No
     profile_dir = run_dir / "steady"
     profile_dir.mkdir(parents=True, exist_ok=True)
     rate = 200.0
+    mirror = ColumnMirror()
     with (profile_dir / "requests.jsonl").open("wb") as out:
         for start in range(0, n, block):
             m = min(block, n - start)
@@ -126,6 +134,10 @@ def generate(run_dir: Path, n: int, *, seed: int = 0, block: int = 50_000) -> No
                     "worker": 0,
                 }
                 out.write(orjson.dumps(record) + b"\n")
+                mirror.add(record)
+    started = time.perf_counter()
+    mirror.write(profile_dir / "requests.jsonl")
+    print(f"wrote the columnar mirror in {time.perf_counter() - started:.2f}s", flush=True)
     end = MONO0 + n / rate
     load = {
         "schema_version": 1,
@@ -242,6 +254,9 @@ def main() -> int:
         "--keep", metavar="DIR", help="generate into / reuse DIR instead of a temp dir"
     )
     parser.add_argument("--repeat", type=int, default=3)
+    parser.add_argument(
+        "--jsonl-only", action="store_true", help="hide requests.columns/: parse the JSONL"
+    )
     args = parser.parse_args()
     temp = None
     if args.keep:
@@ -263,21 +278,29 @@ def main() -> int:
         size_mib = requests_file.stat().st_size / 2**20
         cache = requests_file.with_name(f".{requests_file.name}.columns")
         shutil.rmtree(cache, ignore_errors=True)
-        cold = measure(run_dir, gates_path)  # parses the JSONL and writes the column cache
-        runs = [measure(run_dir, gates_path) for _ in range(args.repeat)]  # reuse the cache
+        mirror_dir = columns_dir(requests_file)
+        hidden = mirror_dir.with_name(mirror_dir.name + ".hidden")
+        if args.jsonl_only and mirror_dir.exists():
+            mirror_dir.rename(hidden)
+        elif not args.jsonl_only and hidden.exists() and not mirror_dir.exists():
+            hidden.rename(mirror_dir)
+        mode = "JSONL parse + gate cache" if args.jsonl_only else "load generator's mirror"
+        cold = measure(run_dir, gates_path)  # mirror, or parse the JSONL and write the cache
+        runs = [measure(run_dir, gates_path) for _ in range(args.repeat)]
         best = min(runs, key=lambda r: r["total_s"])
         peak = max(r["peak_rss_mib"] for r in [cold, *runs])
         rows = [
             ("requests", f"{args.requests:,}"),
             ("requests.jsonl", f"{size_mib:,.0f} MiB"),
+            ("request columns from", mode),
             ("gates / verdicts", f"{len(_GATE_SPECS)} / {best['verdicts']}"),
-            ("cold: read run dir (parse JSONL)", f"{cold['load_s']:.2f} s"),
-            ("cold: evaluate", f"{cold['evaluate_s']:.2f} s"),
-            ("cold: files -> verdicts", f"{cold['total_s']:.2f} s  (target <= 5 s)"),
-            ("cached: read run dir", f"{best['load_s']:.2f} s"),
-            ("cached: evaluate", f"{best['evaluate_s']:.2f} s"),
-            (f"cached: files -> verdicts (best of {args.repeat})", f"{best['total_s']:.2f} s"),
-            ("cached: all runs", ", ".join(f"{r['total_s']:.2f}" for r in runs) + " s"),
+            ("first check: read run dir", f"{cold['load_s']:.2f} s"),
+            ("first check: evaluate", f"{cold['evaluate_s']:.2f} s"),
+            ("first check: files -> verdicts", f"{cold['total_s']:.2f} s  (target <= 5 s)"),
+            ("repeat: read run dir", f"{best['load_s']:.2f} s"),
+            ("repeat: evaluate", f"{best['evaluate_s']:.2f} s"),
+            (f"repeat: files -> verdicts (best of {args.repeat})", f"{best['total_s']:.2f} s"),
+            ("repeat: all runs", ", ".join(f"{r['total_s']:.2f}" for r in runs) + " s"),
             ("load average (1 min) at end", f"{os.getloadavg()[0]:.2f} on {os.cpu_count()} cores"),
             ("peak RSS", f"{peak:,.0f} MiB  (target <= 1024 MiB)"),
         ]
@@ -293,6 +316,7 @@ def main() -> int:
                     "benchmark": "gate check",
                     "requests": args.requests,
                     "requests_file_mib": size_mib,
+                    "mode": mode,
                     "gates": len(_GATE_SPECS),
                     "cold": cold,
                     "cached_runs": runs,

@@ -4,8 +4,9 @@ Owns turning request records into arrays: times as float64 seconds (NaN for null
 fields (status, stage, priority, length class, endpoint) as small integer codes with their names,
 and per-token ITL gaps (computed block by block through `gate.derive.itl_gaps`, so a million
 records with 32 chunks each never exist as Python floats all at once). It tolerates a partial
-final line and reports it; any other unreadable line is a RecordsError with its line number. It
-does not know what the columns mean for a gate.
+final line and reports it; any other unreadable line is a RecordsError with its line number. When
+the load generator left a matching columnar mirror (`gate.request_mirror`), it reads that
+instead of parsing. It does not know what the columns mean for a gate.
 """
 
 from __future__ import annotations
@@ -21,6 +22,7 @@ import numpy as np
 import orjson
 
 from gate.derive import itl_gaps
+from gate.request_mirror import read_mirror
 
 __all__ = ["Categorical", "RecordsError", "RequestColumns", "read_requests"]
 
@@ -165,11 +167,19 @@ def _save_cache(path: Path, columns: RequestColumns) -> None:
 def read_requests(path: str | Path, *, cache: bool = False) -> RequestColumns:
     """Read one requests.jsonl; raises RecordsError (with line number) on a corrupt line.
 
-    With `cache`, columns are kept next to the file (`.requests.jsonl.columns/`, keyed by the
-    file's size and mtime) and reused, memory-mapped, while the file is unchanged. Only use it for
-    a finished file: one still being written would be re-parsed on every call.
+    A columnar mirror written by the load generator (docs/records.md, `requests.columns/`) is
+    used when its stamp matches the file. With `cache`, columns are kept next to the file
+    (`.requests.jsonl.columns/`, keyed by the file's size and mtime) and reused, memory-mapped,
+    while the file is unchanged. Only use it for a finished file: one still being written would
+    be re-parsed on every call.
     """
     path = Path(path)
+    mirrored = read_mirror(path)
+    if mirrored is not None:
+        for name in (*_CATEGORICAL_FIELDS, "endpoint"):
+            codes, names = mirrored[name]
+            mirrored[name] = Categorical(codes=codes, names=names)
+        return RequestColumns(path=str(path), **mirrored)
     if cache:
         cached = _load_cache(path)
         if cached is not None:

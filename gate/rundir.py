@@ -109,12 +109,21 @@ def _read_jsonl(path: Path, notes: list[str]) -> list[dict[str, Any]] | None:
                     notes.append(f"{path.name}: skipped a partial last line")  # writer stopped
                     continue
                 raise RunDirError(f"{path}: record {number}: not a JSON object") from None
-    if any(not isinstance(r, dict) for r in records):
+    if records and set(map(type, records)) != {dict}:
         raise RunDirError(f"{path}: every line must be a JSON object")
     return records
 
 
 _get_step_fields = itemgetter(*_STEP_FIELDS)
+
+
+def _column(rows: list[dict[str, Any]], key: str, *, missing: float = np.nan) -> np.ndarray:
+    # itemgetter in C when every row has the key (the usual case), .get otherwise.
+    try:
+        values = list(map(itemgetter(key), rows))
+    except KeyError:
+        values = [r.get(key, missing) for r in rows]
+    return np.array(values, dtype=np.float64)
 
 
 def _steps(path: Path, notes: list[str]) -> StepColumns | None:
@@ -129,18 +138,21 @@ def _steps(path: Path, notes: list[str]) -> StepColumns | None:
         table = np.array(rows, dtype=np.float64).reshape(len(records), len(_STEP_FIELDS))
     except (TypeError, ValueError) as exc:
         raise RunDirError(f"{path}: step fields must be numbers: {exc}") from None
-    seq = np.array([r.get("seq", np.nan) for r in records], dtype=np.float64)
+    seq = _column(records, "seq")
     gaps = np.diff(seq[~np.isnan(seq)])
     missed = int(np.sum(gaps[gaps > 1] - 1)) if len(gaps) else 0
     if missed:
         notes.append(f"steps.jsonl: {missed} step records missed (server ring buffer overflowed)")
     per_class: dict[str, dict[str, np.ndarray]] = {}
     for key in ("num_waiting", "num_running"):
-        gauges = [r.get(key) or {} for r in records]
+        try:
+            gauges = list(map(itemgetter(key), records))
+        except KeyError:
+            gauges = [r.get(key) for r in records]
+        if not all(gauges):
+            gauges = [g or {} for g in gauges]
         classes = sorted(set().union(*gauges))
-        per_class[key] = {
-            c: np.array([g.get(c, 0) for g in gauges], dtype=np.float64) for c in classes
-        }
+        per_class[key] = {c: _column(gauges, c, missing=0.0) for c in classes}
     columns = {name: table[:, i] for i, name in enumerate(_STEP_FIELDS)}
     return StepColumns(
         **columns,

@@ -215,3 +215,22 @@ def test_no_gates_is_not_a_pass(tmp_path):
     run = _run(tmp_path, np.full(10, 0.1))
     evaluation = evaluate(run, loads("version: 1\n", path="g.yaml"))
     assert evaluation.exit_code is ExitCode.NO_DATA
+
+
+def test_neighbouring_sample_gates_on_one_scope_share_one_measurement(tmp_path, monkeypatch):
+    from gate import derive
+
+    run = _run(tmp_path, np.random.default_rng(3).exponential(0.1, 1000))
+    calls = []
+    real = derive.measure
+    monkeypatch.setattr(derive, "measure", lambda *a, **k: calls.append(a[1]) or real(*a, **k))
+    body = "".join(
+        f'  - {{name: t{i}, metric: ttft, statistic: {s}, fail: "< 2s"}}\n'
+        for i, s in enumerate(("p50", "p99", "mean"))
+    )
+    errors = '  - {name: e, metric: errors, statistic: mean, fail: "< 1%"}\n'
+    shared = evaluate(run, _gates(body + errors))
+    assert calls == ["ttft", "errors"]
+    monkeypatch.setattr(derive, "measure", real)
+    alone = [evaluate(run, _gates(line + "\n")) for line in body.splitlines()]
+    assert [v.value for v in shared.verdicts[:3]] == [_one(e).value for e in alone]

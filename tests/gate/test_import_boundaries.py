@@ -7,21 +7,31 @@ import sys
 FORBIDDEN = ("torch", "locust", "gevent", "reference_server", "loadgen")
 MODULES = (
     "gate",
+    "gate.assess",
     "gate.baseline",
     "gate.commands.baseline",
     "gate.commands.check",
     "gate.derive",
+    "gate.derive_client",
+    "gate.derive_server",
     "gate.evaluate",
+    "gate.gate_definition",
     "gate.gates_file",
+    "gate.gates_model",
+    "gate.gates_yaml",
     "gate.glossary",
+    "gate.judge",
+    "gate.measurements",
     "gate.outputs.junit",
     "gate.outputs.summary",
     "gate.outputs.terminal",
+    "gate.presets_schema",
     "gate.records",
     "gate.rundir",
     "gate.stats",
     "gate.units",
     "gate.verdicts",
+    "gate.window",
 )
 
 

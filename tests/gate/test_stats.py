@@ -66,3 +66,27 @@ def test_mean_bounds_use_student_t():
 def test_confidence_outside_range_is_rejected():
     with pytest.raises(ValueError, match="confidence"):
         proportion_bounds(1, 10, confidence=1.0)
+
+
+def test_order_statistics_fast_path_agrees_with_a_full_sort():
+    from gate.stats import order_statistics
+
+    rng = np.random.default_rng(7)
+    n = 300_000  # above the size where the sampled selection is used
+    arrays = [
+        rng.gamma(4.0, 0.005, n).astype(np.float32),
+        rng.integers(0, 50, n).astype(np.float64),  # heavy ties
+        np.sort(rng.random(n)),  # already ordered: the strided sample sees a pattern
+        np.full(n, 3.0),
+    ]
+    for values in arrays:
+        reference = np.sort(values)
+        for ranks in (
+            [0],
+            [n - 1],
+            [n // 2, n // 2 + 1],
+            [int(0.99 * n) - 40, int(0.99 * n)],
+            [5, n - 5],
+        ):
+            got = order_statistics(values, ranks)
+            assert got == {r: float(reference[r]) for r in ranks}

@@ -14,6 +14,7 @@ import pytest
 from lg_support import REPO, read_load, read_records, run_loadgen
 
 from loadgen import metrics
+from loadgen.columns import columns_dir, validate_columns
 from loadgen.plan import build_plan
 from loadgen.profiles import resolve
 from loadgen.records import validate_load_json, validate_record
@@ -74,6 +75,8 @@ def test_open_loop_run_writes_valid_records_with_exact_ttft_and_itl(fake_server,
     records, load = read_records(out), read_load(out)
     assert validate_load_json(load) == []
     assert all(validate_record(r) == [] for r in records)
+    # The columnar mirror of docs/records.md is left beside the JSONL by a finished run.
+    assert validate_columns(columns_dir(out / "requests.jsonl"), out / "requests.jsonl") == []
     assert len(records) == load["sent_requests"] == load["planned_requests"] > 20
     assert load["counts_by_status"] == {"ok": len(records)}
     assert load["measurement_valid"] and load["ended"] == "completed"

@@ -16,6 +16,7 @@ PURE = [
     "loadgen.plan",
     "loadgen.dataset",
     "loadgen.records",
+    "loadgen.columns",
     "loadgen.metrics",
     "loadgen.load_json",
     "loadgen.sse",

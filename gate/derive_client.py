@@ -1,0 +1,139 @@
+"""Client-side derivations: the glossary metrics measured from request records (DESIGN.md §5).
+
+Owns the formulas of TTFT, TTFT from planned, E2E, E2E from planned, per-token ITL, TPOT,
+schedule lag, goodput, throughput, output tokens, error and 5xx shares, and recovery time after
+a burst. It returns measurements; it does not read files (`gate.records`) or judge.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+
+from gate.measurements import Events, Measurement, NoData, Samples, Scalar
+from gate.window import Window, request_mask, scope_seconds
+
+if TYPE_CHECKING:
+    from gate.gates_file import Scope, Slos
+    from gate.rundir import ProfileData
+
+__all__ = ["client", "goodput_mask", "itl_gaps", "tpot"]
+
+
+def itl_gaps(
+    times: np.ndarray, tokens: np.ndarray | None, num_chunks: np.ndarray
+) -> tuple[np.ndarray, np.ndarray]:
+    """Per-token ITL: a chunk carrying k tokens after a gap Δt contributes k gaps of Δt/k.
+
+    `times` / `tokens` are the chunks of all requests back to back (`tokens` None: one token
+    each), `num_chunks` the chunks per request. Returns the gaps and how many belong to each.
+    """
+    n = len(num_chunks)
+    if len(times) < 2:
+        return np.zeros(0, dtype=np.float32), np.zeros(n, dtype=np.int64)
+    # Gap j joins chunks j and j + 1; it crosses a request boundary right after each request's
+    # last chunk (a mask from the boundaries: cheaper than comparing per-chunk owners).
+    ends = np.cumsum(num_chunks)[:-1]
+    same = np.ones(len(times) - 1, dtype=bool)
+    same[ends[(ends > 0) & (ends < len(times))] - 1] = False
+    # float32 halves the largest array of a run (32M gaps for 1M requests); its 24-bit mantissa
+    # still resolves a 20 ms gap to about a nanosecond.
+    delta = np.diff(times)[same].astype(np.float32)
+    if tokens is None:
+        return delta, np.maximum(num_chunks - 1, 0).astype(np.int64)
+    k = tokens[1:][same]
+    gaps = np.repeat(delta / np.maximum(k, 1).astype(np.float32), np.maximum(k, 0))
+    owner = np.repeat(np.arange(n), num_chunks)
+    counts = np.bincount(owner[1:][same], weights=k, minlength=n).astype(np.int64)
+    return gaps, counts
+
+
+def client(
+    profile: ProfileData, metric: str, statistic: str, scope: Scope, window: Window, slos: Slos
+) -> Measurement:
+    req = profile.requests
+    if req is None:
+        return NoData(reason=f"profile {profile.name!r} has no requests.jsonl")
+    mask = request_mask(profile, scope, window)
+    ok = req.status.equals("ok")
+    if metric == "itl":
+        return Samples(values=req.itl_seconds[np.repeat(mask, req.itl_counts)])
+    if metric == "recovery_time":
+        return _recovery(profile, slos)
+    formulas = {
+        "ttft": lambda: req.first_token_at - req.sent_at,
+        "ttft_from_planned": lambda: req.first_token_at - req.planned_at,
+        "e2e": lambda: np.where(ok, req.done_at - req.sent_at, np.nan),
+        "e2e_from_planned": lambda: np.where(ok, req.done_at - req.planned_at, np.nan),
+        "tpot": lambda: tpot(req.first_token_at, req.done_at, req.output_tokens, ok),
+        "schedule_lag": lambda: req.sent_at - req.planned_at,
+    }
+    if metric in formulas:
+        values = formulas[metric]()[mask]
+        return Samples(values=values[~np.isnan(values)])
+    seconds = scope_seconds(profile, scope, window)
+    if metric == "output_tokens":
+        tokens = np.nan_to_num(req.output_tokens[mask & ok])
+        if statistic == "mean":
+            return Samples(values=tokens)
+        return Events(hits=int(tokens.sum()), total=int((mask & ok).sum()), window_seconds=seconds)
+    hits = {
+        "errors": lambda: ~ok,
+        "http_5xx": lambda: (req.http_status >= 500) & (req.http_status < 600),
+        "requests": lambda: ok,
+        "goodput": lambda: goodput_mask(req, ok, slos),
+    }[metric]()
+    return Events(hits=int((hits & mask).sum()), total=int(mask.sum()), window_seconds=seconds)
+
+
+def tpot(
+    first_token_at: np.ndarray, done_at: np.ndarray, output_tokens: np.ndarray, ok: np.ndarray
+) -> np.ndarray:
+    """(done - first token) / (output_tokens - 1) for ok requests with more than one token."""
+    with np.errstate(divide="ignore", invalid="ignore"):
+        values = (done_at - first_token_at) / (output_tokens - 1)
+    return np.where(ok & (output_tokens > 1), values, np.nan)
+
+
+def goodput_mask(req: Any, ok: np.ndarray, slos: Slos) -> np.ndarray:
+    """Ok requests meeting every SLO given; a TPOT SLO ignores single-token answers."""
+    good = ok.copy()
+    if slos.ttft_seconds is not None:
+        good &= (req.first_token_at - req.sent_at) <= slos.ttft_seconds
+    if slos.e2e_seconds is not None:
+        good &= (req.done_at - req.sent_at) <= slos.e2e_seconds
+    if slos.tpot_seconds is not None:
+        per_token = tpot(req.first_token_at, req.done_at, req.output_tokens, ok)
+        good &= np.isnan(per_token) | (per_token <= slos.tpot_seconds)
+    return good
+
+
+def _recovery(profile: ProfileData, slos: Any) -> Measurement:
+    factor, bin_seconds = slos.recovery_factor, slos.recovery_window_seconds
+    req = profile.requests
+    assert req is not None
+    stages = {s.get("name"): s for s in (profile.load or {}).get("stages") or []}
+    if "spike" not in stages or "baseline" not in stages:
+        return NoData(reason="recovery time needs `baseline` and `spike` stages in load.json")
+    ttft = req.first_token_at - req.sent_at
+    before = ttft[req.stage.equals("baseline") & (req.planned_at < stages["spike"]["start"])]
+    before = before[~np.isnan(before)]
+    if len(before) == 0:
+        return NoData(reason="no TTFT samples before the spike")
+    limit = factor * float(np.quantile(before, 0.99))
+    spike_end = float(stages["spike"]["end"])
+    after = (req.sent_at >= spike_end) & ~np.isnan(ttft)
+    times, values = req.sent_at[after], ttft[after]
+    if len(times) == 0:
+        return NoData(reason="no requests after the spike")
+    span = float(times.max() - spike_end)
+    for k in range(math.ceil(span / bin_seconds) + 1):
+        lo, hi = spike_end + k * bin_seconds, spike_end + (k + 1) * bin_seconds
+        in_bin = values[(times >= lo) & (times < hi)]
+        if len(in_bin) and float(np.quantile(in_bin, 0.99)) <= limit:
+            return Scalar(value=hi - spike_end, n=len(values))
+    return Scalar(
+        value=span, n=len(values), lower_bound=True, note="not recovered by the end of the run"
+    )

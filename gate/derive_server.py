@@ -1,0 +1,183 @@
+"""Server-side derivations: metrics from step records, Prometheus scrapes and sampler records.
+
+Owns recompute ratio, preemptions (per request), KV usage and leak after drain, queue and
+running peaks, step latency and server TTFT (exact from steps.jsonl, else a histogram estimate
+from scrapes.jsonl, labelled so) and memory / utilization from gpu.jsonl. It returns
+measurements, saying which metric the target does not expose; it does not judge.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+
+from gate.measurements import Events, Histogram, Measurement, NoData, Samples, Scalar, Series
+from gate.window import Window, in_intervals, request_mask, scope_seconds, stage_intervals
+
+if TYPE_CHECKING:
+    from gate.gates_file import Scope
+    from gate.rundir import ProfileData
+
+__all__ = ["gpu", "server"]
+
+
+def _scrapes_in(
+    profile: ProfileData, intervals: list[tuple[float, float]] | None
+) -> list[dict[str, Any]]:
+    scrapes = [
+        s for s in profile.scrapes or [] if s.get("ok") and isinstance(s.get("metrics"), dict)
+    ]
+    if intervals is None:
+        return scrapes
+    lo = min((s for s, _ in intervals), default=math.inf)
+    hi = max((e for _, e in intervals), default=-math.inf)
+    # The observers scrape once at the start and end of each window: allow them a second's slack.
+    return [s for s in scrapes if lo - 1.0 <= float(s.get("t", math.nan)) <= hi + 1.0]
+
+
+def _counter_delta(scrapes: list[dict[str, Any]], name: str) -> float | None:
+    values = [
+        s["metrics"][name] for s in scrapes if isinstance(s["metrics"].get(name), (int, float))
+    ]
+    return float(values[-1] - values[0]) if len(values) >= 2 else None
+
+
+def _histogram(scrapes: list[dict[str, Any]], name: str) -> Histogram | None:
+    hists = [s["metrics"][name] for s in scrapes if isinstance(s["metrics"].get(name), dict)]
+    if len(hists) < 2:
+        return None
+    first, last = hists[0].get("buckets") or {}, hists[-1].get("buckets") or {}
+    keys = sorted(last, key=lambda le: float(le))
+    bounds = np.array([float(k) for k in keys])
+    cumulative = np.array([float(last[k]) - float(first.get(k, 0.0)) for k in keys])
+    total_sum = float(hists[-1].get("sum", 0.0)) - float(hists[0].get("sum", 0.0))
+    return Histogram(bounds=bounds, cumulative=cumulative, total_sum=total_sum)
+
+
+def _unavailable(profile: ProfileData, name: str) -> str:
+    listed = any(name in (s.get("unavailable") or []) for s in profile.scrapes or [])
+    return f"the target does not expose {name}" if listed else f"no {name} in scrapes.jsonl"
+
+
+def server(
+    profile: ProfileData, metric: str, statistic: str, scope: Scope, window: Window
+) -> Measurement:
+    intervals = stage_intervals(profile, scope, window)
+    steps = profile.steps
+    step_mask = (
+        in_intervals(steps.t, intervals) if steps is not None and intervals is not None else None
+    )
+    has_steps = steps is not None and step_mask is not None and bool(step_mask.any())
+    scrapes = _scrapes_in(profile, intervals)
+    if metric == "kv_leak_after_drain":
+        drains = [s for s in profile.scrapes or [] if s.get("phase") == "drain" and s.get("ok")]
+        if not drains:
+            return NoData(reason="no drain scrape: the KV leak was not checked after the load")
+        used = drains[-1].get("metrics", {}).get("kv_blocks_used")
+        if not isinstance(used, (int, float)):
+            return NoData(reason=_unavailable(profile, "kv_blocks_used"))
+        return Scalar(value=float(used))
+    if metric in ("step_latency", "server_ttft"):
+        if metric == "step_latency" and has_steps:
+            return Samples(values=steps.duration_seconds[step_mask])
+        name = "step_duration_seconds" if metric == "step_latency" else "ttft_seconds"
+        hist = _histogram(scrapes, name)
+        return (
+            hist
+            if hist is not None
+            else NoData(reason=f"no step records and {_unavailable(profile, name)}")
+        )
+    if metric in ("recompute_ratio", "preemptions", "preemptions_per_request"):
+        if has_steps:
+            recomputed = float(steps.num_recomputed_tokens[step_mask].sum())
+            prefill = float(steps.num_prefill_tokens[step_mask].sum())
+            preemptions: float | None = float(steps.num_preemptions[step_mask].sum())
+        else:
+            recomputed = _counter_delta(scrapes, "recomputed_tokens_total")
+            prefill = _counter_delta(scrapes, "prefill_tokens_total")
+            preemptions = _counter_delta(scrapes, "preemptions_total")
+        if metric == "recompute_ratio":
+            if recomputed is None or prefill is None:
+                return NoData(reason=_unavailable(profile, "recomputed_tokens_total"))
+            return Scalar(value=recomputed / prefill if prefill > 0 else 0.0)
+        if preemptions is None:
+            return NoData(reason=_unavailable(profile, "preemptions_total"))
+        if metric == "preemptions":
+            return Events(
+                hits=int(preemptions),
+                total=0,
+                window_seconds=scope_seconds(profile, scope, window),
+            )
+        sent = 0 if profile.requests is None else int(request_mask(profile, scope, window).sum())
+        return Scalar(value=preemptions / sent if sent else 0.0, n=sent)
+    if metric == "kv_usage":
+        if has_steps:
+            total = steps.num_kv_blocks_total[step_mask]
+            return Series(
+                values=steps.num_kv_blocks_used[step_mask] / np.where(total > 0, total, np.nan)
+            )
+        return _gauge(scrapes, "kv_usage_ratio", None, profile)
+    if metric in ("queue_length", "running_requests"):
+        step_key, scrape_key = {
+            "queue_length": ("num_waiting", "num_requests_waiting"),
+            "running_requests": ("num_running", "num_requests_running"),
+        }[metric]
+        if has_steps and getattr(steps, step_key):
+            per_class = getattr(steps, step_key)
+            chosen = [c for c in per_class if scope.priority is None or c in scope.priority]
+            values = sum((per_class[c][step_mask] for c in chosen), np.zeros(int(step_mask.sum())))
+            return Series(values=values)
+        return _gauge(scrapes, scrape_key, scope.priority, profile)
+    raise ValueError(f"not a server metric: {metric}")  # pragma: no cover - glossary is closed
+
+
+def _gauge(
+    scrapes: list[dict[str, Any]], name: str, classes: tuple[str, ...] | None, profile: ProfileData
+) -> Measurement:
+    values = []
+    for scrape in scrapes:
+        value = scrape["metrics"].get(name)
+        if isinstance(value, dict):
+            values.append(
+                sum(float(v) for c, v in value.items() if classes is None or c in classes)
+            )
+        elif isinstance(value, (int, float)):
+            if classes is not None:
+                return NoData(reason=f"the target reports {name} without priority classes")
+            values.append(float(value))
+    if not values:
+        return NoData(reason=_unavailable(profile, name))
+    return Series(values=np.array(values))
+
+
+def gpu(profile: ProfileData, metric: str, scope: Scope, window: Window) -> Measurement:
+    records = profile.gpu or []
+    if not records:
+        return NoData(reason="no gpu.jsonl sampler records")
+    usable = [r for r in records if r.get("source") in ("nvml", "process_rss")]
+    if not usable:
+        return NoData(
+            reason=f"the sampler could not sample: {records[0].get('note') or 'no reason given'}"
+        )
+    intervals = stage_intervals(profile, scope, window)
+    times = np.array([float(r.get("t", math.nan)) for r in usable])
+    mask = (
+        in_intervals(times, intervals)
+        if intervals is not None
+        else np.ones(len(usable), dtype=bool)
+    )
+    chosen = [r for r, keep in zip(usable, mask, strict=True) if keep]
+    field = "memory_used_bytes" if metric == "memory_used" else "utilization_ratio"
+    values = np.array([r.get(field) for r in chosen], dtype=np.float64)
+    totals = np.array([r.get("memory_total_bytes") for r in chosen], dtype=np.float64)
+    keep = ~np.isnan(values)
+    if not keep.any():
+        return NoData(reason=f"no {field} in the sampler records of this window")
+    note = (
+        "process resident memory (no GPU/NVML)"
+        if usable[0].get("source") == "process_rss"
+        else None
+    )
+    return Series(values=values[keep], totals=totals[keep], note=note)

@@ -1,0 +1,356 @@
+"""Judging one gate on one profile of a run: fail-closed checks, ratio and regression gates.
+
+Owns turning a gate into a Verdict per profile: which profiles a gate covers, fail-closed
+handling (no data, profile missing, dead target, invalid measurement never pass), measuring the
+gate's scope through `gate.derive`, ratio-between-scopes gates (Bonferroni-split bounds) and
+baseline-regression gates (limits from the stored value). It knows a baseline only through
+`value(key)` and `mismatches(provenance, fields)`; the per-statistic rules are `gate.assess`.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from typing import Any, Protocol
+
+import numpy as np
+
+from gate import derive, glossary
+from gate.assess import Assessment, assess, bounds_judgement, combine, point_value
+from gate.gates_file import Gate, GatesFile, Scope
+from gate.measurements import Measurement, NoData, Samples, Series
+from gate.rundir import ProfileData, RunData, provenance
+from gate.stats import Bounds, mean_bounds, quantile_with_bounds
+from gate.units import Threshold, UnitKind
+from gate.verdicts import Status, Verdict
+
+__all__ = ["BaselineLike", "measure_key", "verdicts_for"]
+
+
+class BaselineLike(Protocol):
+    @property
+    def name(self) -> str: ...
+
+    def value(self, key: str) -> float | None: ...
+
+    def mismatches(
+        self, run_provenance: dict[str, str | None], fields: tuple[str, ...]
+    ) -> list[str]: ...
+
+
+def measure_key(profile: str, metric: str, statistic: str, scope: Scope) -> str:
+    """The name a baseline stores a measured statistic under."""
+    scope_items = {k: v for k, v in scope.to_dict().items() if k != "profile"}
+    return f"{profile}|{metric}|{statistic}|{json.dumps(scope_items, sort_keys=True)}"
+
+
+class _Context:
+    def __init__(
+        self, run: RunData, gates_file: GatesFile, baseline: BaselineLike | None, partial: bool
+    ) -> None:
+        self.run, self.gates_file, self.baseline, self.partial = run, gates_file, baseline, partial
+        self.settings = gates_file.settings
+        self.last_key: tuple[Any, ...] | None = None
+        self.last: Measurement | None = None
+        manifest = run.manifest or {}
+        ended = manifest.get("ended")
+        self.run_closed = (
+            None
+            if partial or ended in (None, "completed")
+            else (f"run ended {ended!r}: {manifest.get('reason') or 'no reason recorded'}")
+        )
+
+    def closed_reason(self, profile: ProfileData | None, name: str) -> str | None:
+        if self.run_closed:
+            return self.run_closed
+        if profile is None:
+            return f"profile {name!r} is not in this run"
+        if self.partial:
+            return None
+        load = profile.load
+        if load is None:
+            return "load.json missing: the measurement's validity is unknown"
+        if load.get("ended", "completed") != "completed":
+            return f"load ended {load.get('ended')!r}"
+        if load.get("measurement_valid") is False:
+            reasons = "; ".join(load.get("invalid_reasons") or []) or "no reason given"
+            return f"measurement invalid: {reasons}"
+        return None
+
+    def measure(self, gate: Gate, profile: ProfileData, scope: Scope) -> Measurement:
+        warmup = (
+            gate.warmup_seconds if gate.warmup_seconds is not None else self.settings.warmup_seconds
+        )
+        slos = gate.slos or self.gates_file.slos
+        # Sample metrics do not depend on the statistic: gates side by side on one scope (p50
+        # and p99 of 32M ITL gaps) share one measurement. One entry only, dropped before the
+        # next is derived, so no more than one set of samples is alive at a time.
+        key = None
+        if glossary.get_metric(gate.metric).shape is glossary.Shape.SAMPLES:
+            key = (profile.name, gate.metric, scope, warmup, slos)
+            if self.last_key == key and self.last is not None:
+                return self.last
+        self.last_key, self.last = None, None
+        measurement = derive.measure(
+            profile,
+            gate.metric,
+            gate.statistic,
+            scope,
+            slos=slos,
+            settings=self.settings,
+            warmup_seconds=warmup,
+        )
+        if key is not None:
+            self.last_key, self.last = key, measurement
+        return measurement
+
+
+def _verdict(
+    gate: Gate,
+    profile: str | None,
+    status: Status,
+    assessment: Assessment,
+    threshold: Threshold | None,
+    confidence: float,
+    **extra: Any,
+) -> Verdict:
+    margin = None
+    if threshold is not None and assessment.value is not None and threshold.op != "==":
+        margin = (
+            threshold.value - assessment.value
+            if threshold.is_upper_limit
+            else assessment.value - threshold.value
+        )
+    unit = gate.unit.value
+    return Verdict(
+        gate=gate.name,
+        profile=profile,
+        status=status,
+        metric=gate.metric,
+        statistic=gate.statistic,
+        unit=unit,
+        scope=gate.scope.to_dict(),
+        value=assessment.value,
+        n=assessment.n,
+        interval=assessment.interval,
+        threshold=None if threshold is None else threshold.text,
+        threshold_value=None if threshold is None else threshold.value,
+        margin=margin,
+        confidence=confidence,
+        reason=assessment.reason,
+        estimate=assessment.estimate,
+        of_total=bool(threshold and threshold.of_total),
+        monitor=gate.monitor,
+        key=gate.key,
+        knob=gate.knob,
+        rollback=gate.rollback,
+        **extra,
+    )
+
+
+def _judge(ctx: _Context, gate: Gate, name: str) -> Verdict:
+    profile = ctx.run.profiles.get(name)
+    confidence = ctx.settings.confidence
+    closed = ctx.closed_reason(profile, name)
+    if closed is not None or profile is None:
+        return _verdict(
+            gate,
+            name,
+            Status.NO_DATA,
+            Assessment(outcome="no_data", reason=closed or ""),
+            gate.fail or gate.warn,
+            confidence,
+        )
+    if gate.relative_to is not None:
+        return _judge_ratio(ctx, gate, profile)
+    if gate.regression is not None:
+        return _judge_regression(ctx, gate, profile)
+    measurement = ctx.measure(gate, profile, gate.scope)
+    if gate.fail is None and gate.warn is None:  # a monitor without thresholds: report the value
+        value = point_value(measurement, gate.statistic)
+        reason = measurement.reason if isinstance(measurement, NoData) else "monitor"
+        status = Status.NO_DATA if value is None else Status.PASS
+        n = len(measurement.values) if isinstance(measurement, (Samples, Series)) else 0
+        return _verdict(
+            gate,
+            name,
+            status,
+            Assessment(outcome=status.value, value=value, n=n, reason=reason),
+            None,
+            confidence,
+        )
+    fail = assess(measurement, gate.statistic, gate.fail, confidence) if gate.fail else None
+    warn = assess(measurement, gate.statistic, gate.warn, confidence) if gate.warn else None
+    status, shown = combine(fail, warn)
+    return _verdict(gate, name, status, shown, gate.fail or gate.warn, confidence)
+
+
+def _stat_bounds(values: np.ndarray, statistic: str, confidence: float) -> tuple[float, Bounds]:
+    if statistic == "mean":
+        return float(np.mean(values)), mean_bounds(values, confidence=confidence)
+    return quantile_with_bounds(values, glossary.PERCENTILES[statistic], confidence=confidence)
+
+
+def _judge_ratio(ctx: _Context, gate: Gate, profile: ProfileData) -> Verdict:
+    confidence = ctx.settings.confidence
+    threshold = gate.fail or gate.warn
+    assert threshold is not None and gate.relative_to is not None
+    numerator = ctx.measure(gate, profile, gate.scope)
+    # relative_to may name another profile (e.g. the same class without background load).
+    ref_names = gate.relative_to.profile
+    ref_name = profile.name if not ref_names or profile.name in ref_names else ref_names[0]
+    ref_profile = ctx.run.profiles.get(ref_name)
+    closed = ctx.closed_reason(ref_profile, ref_name) if ref_name != profile.name else None
+    if ref_profile is None or closed is not None:
+        return _verdict(
+            gate,
+            profile.name,
+            Status.NO_DATA,
+            Assessment(outcome="no_data", reason=f"reference profile: {closed}"),
+            threshold,
+            confidence,
+        )
+    reference = ctx.measure(gate, ref_profile, gate.relative_to)
+    for part, label in ((numerator, "gate scope"), (reference, "reference scope")):
+        if isinstance(part, NoData) or not isinstance(part, Samples) or len(part.values) == 0:
+            reason = part.reason if isinstance(part, NoData) else "no samples"
+            return _verdict(
+                gate,
+                profile.name,
+                Status.NO_DATA,
+                Assessment(outcome="no_data", reason=f"{label}: {reason}"),
+                threshold,
+                confidence,
+            )
+    assert isinstance(numerator, Samples) and isinstance(reference, Samples)
+    # Both bounds must hold at once: split the error probability between them (Bonferroni).
+    each = 1.0 - (1.0 - confidence) / 2.0
+    num_value, num_bounds = _stat_bounds(numerator.values, gate.statistic, each)
+    ref_value, ref_bounds = _stat_bounds(reference.values, gate.statistic, each)
+    value = num_value / ref_value if ref_value > 0 else math.inf
+    lower = (
+        num_bounds.lower / ref_bounds.upper
+        if ref_bounds.upper > 0 and num_bounds.lower > 0
+        else 0.0
+    )
+    upper = num_bounds.upper / ref_bounds.lower if ref_bounds.lower > 0 else math.inf
+    bounds = Bounds(lower=lower, upper=upper, confidence=confidence)
+    assessments = {}
+    for level in ("fail", "warn"):
+        level_threshold = getattr(gate, level)
+        if level_threshold is not None:
+            assessments[level] = Assessment(
+                outcome=bounds_judgement(level_threshold, bounds),
+                value=value,
+                n=len(numerator.values),
+                interval=(lower, upper),
+                reason=(
+                    f"{gate.statistic} {num_value:.4g} vs reference {ref_value:.4g} "
+                    f"(n={len(reference.values)})"
+                ),
+            )
+    status, shown = combine(assessments.get("fail"), assessments.get("warn"))
+    return _verdict(
+        gate, profile.name, status, shown, threshold, confidence, reference_value=ref_value
+    )
+
+
+def _judge_regression(ctx: _Context, gate: Gate, profile: ProfileData) -> Verdict:
+    confidence = ctx.settings.confidence
+    regression = gate.regression
+    assert regression is not None
+
+    def inconclusive(reason: str) -> Verdict:
+        return _verdict(
+            gate,
+            profile.name,
+            Status.INCONCLUSIVE,
+            Assessment(outcome="inconclusive", reason=reason),
+            None,
+            confidence,
+        )
+
+    if ctx.baseline is None:
+        return inconclusive("no baseline given (batchgate check --baseline NAME)")
+    mismatches = ctx.baseline.mismatches(
+        provenance(ctx.run, profile.name), ctx.settings.baseline_match
+    )
+    if mismatches:
+        return inconclusive(
+            f"baseline {ctx.baseline.name!r} is not comparable: {'; '.join(mismatches)}"
+        )
+    key = measure_key(profile.name, gate.metric, gate.statistic, gate.scope)
+    base = ctx.baseline.value(key)
+    if base is None:
+        return inconclusive(f"baseline {ctx.baseline.name!r} has no value for {key}")
+    unit = gate.unit
+    increase = regression.max_increase_ratio is not None
+    ratio = regression.max_increase_ratio if increase else regression.max_decrease_ratio
+    assert ratio is not None
+
+    def limit(r: float) -> Threshold:
+        allowed = max(abs(base) * r, regression.floor)
+        bound = base + allowed if increase else base - allowed
+        return Threshold(
+            op="<=" if increase else ">=",
+            value=bound,
+            kind=unit,
+            text=f"{'<=' if increase else '>='} {_fmt(bound, unit)}",
+        )
+
+    measurement = ctx.measure(gate, profile, gate.scope)
+    fail_threshold = limit(ratio)
+    fail = assess(measurement, gate.statistic, fail_threshold, confidence)
+    warn = (
+        assess(measurement, gate.statistic, limit(regression.warn_ratio), confidence)
+        if regression.warn_ratio is not None
+        else None
+    )
+    status, shown = combine(fail, warn)
+    delta = None if shown.value is None or base == 0 else (shown.value - base) / abs(base)
+    return _verdict(
+        gate,
+        profile.name,
+        status,
+        shown,
+        fail_threshold,
+        confidence,
+        baseline_value=base,
+        baseline_delta_ratio=delta,
+    )
+
+
+def _fmt(value: float, unit: UnitKind) -> str:
+    from gate.units import format_value
+
+    return format_value(value, unit)
+
+
+def _profiles_for(gate: Gate, run: RunData) -> list[str]:
+    return list(gate.scope.profile) if gate.scope.profile is not None else list(run.profiles)
+
+
+def verdicts_for(
+    run: RunData,
+    gates_file: GatesFile,
+    gates: tuple[Gate, ...],
+    baseline: BaselineLike | None,
+    partial: bool,
+) -> list[Verdict]:
+    ctx = _Context(run, gates_file, baseline, partial)
+    verdicts = []
+    for gate in gates:
+        names = _profiles_for(gate, run)
+        if not names:
+            verdicts.append(
+                _verdict(
+                    gate,
+                    None,
+                    Status.NO_DATA,
+                    Assessment(outcome="no_data", reason="the run has no profiles"),
+                    gate.fail,
+                    ctx.settings.confidence,
+                )
+            )
+        verdicts.extend(_judge(ctx, gate, name) for name in names)
+    return verdicts

@@ -1,0 +1,62 @@
+"""The measurement value types `gate.derive` returns and `gate.assess` judges.
+
+Owns Samples, Histogram, Events, Series, Scalar and NoData (with its reason). It does not know
+how they are derived (`gate.derive`) or judged (`gate.assess`).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+__all__ = ["Events", "Histogram", "Measurement", "NoData", "Samples", "Scalar", "Series"]
+
+
+@dataclass(frozen=True, kw_only=True)
+class Samples:
+    values: np.ndarray
+    estimate: bool = False
+
+
+@dataclass(frozen=True, kw_only=True)
+class Histogram:
+    """Cumulative bucket counts over the window; always an estimate of the distribution."""
+
+    bounds: np.ndarray  # ascending `le` values, last one +inf
+    cumulative: np.ndarray
+    total_sum: float
+
+    @property
+    def count(self) -> int:
+        return int(self.cumulative[-1]) if len(self.cumulative) else 0
+
+
+@dataclass(frozen=True, kw_only=True)
+class Events:
+    hits: int
+    total: int
+    window_seconds: float
+
+
+@dataclass(frozen=True, kw_only=True)
+class Series:
+    values: np.ndarray
+    totals: np.ndarray | None = None  # for "% of device total"
+    note: str | None = None
+
+
+@dataclass(frozen=True, kw_only=True)
+class Scalar:
+    value: float
+    n: int = 1
+    note: str | None = None
+    lower_bound: bool = False  # the true value is at least this (e.g. not recovered yet)
+
+
+@dataclass(frozen=True, kw_only=True)
+class NoData:
+    reason: str
+
+
+Measurement = Samples | Histogram | Events | Series | Scalar | NoData

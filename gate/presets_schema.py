@@ -1,0 +1,82 @@
+"""Validation of a gates file's `presets:` (rollback batching settings) and `profiles:` sections.
+
+Owns the preset schema: which batching keys a preset may set (policy, sequence and token limits,
+shared queue, KV cache bytes, per-class queue settings) and the type of each. It does not apply
+presets to a server (`gate.rollback`) and does not know gates.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from gate.gates_yaml import NAME_RE, FieldReader
+from gate.units import UnitError, UnitKind, parse_quantity
+
+__all__ = ["PresetReader"]
+
+_POLICIES = ("continuous", "dynamic", "static")
+_CLASS_KEYS = {
+    "max_waiting": "int0",
+    "max_batch_size": "int1",
+    "max_wait_ms": "num0",
+    "dispatch_threshold": "num0",
+}
+_PRESET_KEYS = {
+    "policy": "policy",
+    "max_num_seqs": "int1",
+    "max_num_batched_tokens": "int1",
+    "max_prefill_chunk_tokens": "int0",
+    "shared_queue": "bool",
+    "kv_cache_memory_bytes": "bytes",
+    "interactive": "class",
+    "batch": "class",
+}
+
+
+class PresetReader(FieldReader):
+    """Reads `presets:` and `profiles:` into plain dictionaries, validated."""
+
+    def presets(self, raw: Any, kp: str) -> dict[str, dict[str, Any]]:
+        raw = self.mapping(raw, kp, tuple(raw) if isinstance(raw, dict) else ())
+        presets: dict[str, dict[str, Any]] = {}
+        for name, body in raw.items():
+            if not NAME_RE.match(str(name)):
+                raise self.err(f"{kp}.{name}", "preset names use letters, digits, _ . -")
+            body = self.mapping(body, f"{kp}.{name}", tuple(_PRESET_KEYS))
+            presets[str(name)] = {
+                k: self.preset_value(v, _PRESET_KEYS[k], f"{kp}.{name}.{k}")
+                for k, v in body.items()
+            }
+        return presets
+
+    def preset_value(self, value: Any, kind: str, kp: str) -> Any:
+        if kind == "policy":
+            if value not in _POLICIES:
+                raise self.err(kp, f"policy must be one of {', '.join(_POLICIES)}")
+            return value
+        if kind == "bool":
+            return self.boolean(value, kp)
+        if kind == "bytes":
+            try:
+                size = parse_quantity(value, kind=UnitKind.BYTES)
+            except UnitError as exc:
+                raise self.err(kp, str(exc)) from None
+            if size <= 0:
+                raise self.err(kp, "must be positive")
+            return int(size)
+        if kind == "class":
+            body = self.mapping(value, kp, tuple(_CLASS_KEYS))
+            return {k: self.preset_value(v, _CLASS_KEYS[k], f"{kp}.{k}") for k, v in body.items()}
+        if kind in ("int0", "int1"):
+            if isinstance(value, bool) or not isinstance(value, int) or value < int(kind[-1]):
+                raise self.err(kp, f"expected an integer >= {kind[-1]}, got {value!r}")
+            return value
+        number = self.number(value, kp, low=0.0)
+        return int(number) if float(number).is_integer() and isinstance(value, int) else number
+
+    def profiles(self, raw: Any, kp: str) -> dict[str, dict[str, Any]]:
+        raw = self.mapping(raw, kp, tuple(raw) if isinstance(raw, dict) else ())
+        for name, body in raw.items():
+            if not isinstance(body, dict):
+                raise self.err(f"{kp}.{name}", "expected a mapping of profile parameter overrides")
+        return {str(k): dict(v) for k, v in raw.items()}
