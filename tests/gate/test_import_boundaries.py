@@ -27,6 +27,7 @@ MODULES = (
     "gate.outputs.terminal",
     "gate.presets_schema",
     "gate.records",
+    "gate.request_mirror",
     "gate.rundir",
     "gate.stats",
     "gate.units",
