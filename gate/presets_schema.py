@@ -19,7 +19,7 @@ _CLASS_KEYS = {
     "max_waiting": "int0",
     "max_batch_size": "int1",
     "max_wait_ms": "num0",
-    "dispatch_threshold": "num0",
+    "dispatch_threshold": "opt_int1",  # null = adaptive dispatch off (the server's default)
 }
 _PRESET_KEYS = {
     "policy": "policy",
@@ -67,6 +67,9 @@ class PresetReader(FieldReader):
         if kind == "class":
             body = self.mapping(value, kp, tuple(_CLASS_KEYS))
             return {k: self.preset_value(v, _CLASS_KEYS[k], f"{kp}.{k}") for k, v in body.items()}
+        if kind == "opt_int1":
+            # A rollback target must be able to switch adaptive dispatch back off.
+            return None if value is None else self.preset_value(value, "int1", kp)
         if kind in ("int0", "int1"):
             if isinstance(value, bool) or not isinstance(value, int) or value < int(kind[-1]):
                 raise self.err(kp, f"expected an integer >= {kind[-1]}, got {value!r}")

@@ -266,6 +266,14 @@ def _triton(key: str, value: Any) -> Equivalent:
             note="one delay per model in Triton" if per_class else None,
         )
     if field == "dispatch_threshold":
+        if value is None:  # adaptive dispatch off: Triton's default is no preferred size
+            return Equivalent(
+                server=s,
+                key=key,
+                setting="dynamic_batching { } (no preferred_batch_size)",
+                exact=True,
+                note=None,
+            )
         return Equivalent(
             server=s,
             key=key,

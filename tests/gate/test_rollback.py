@@ -235,3 +235,30 @@ def test_equivalents_cover_every_key_for_every_server():
     assert by["tgi", "interactive.max_wait_ms"].setting is None
     text = format_equivalents("x", preset)
     assert "no equivalent" in text and "(nearest)" in text
+
+
+def test_a_null_dispatch_threshold_maps_to_no_preferred_batch_size_on_triton():
+    from gate.rollback import equivalent_settings
+
+    rows = equivalent_settings({"interactive": {"dispatch_threshold": None}})["triton"]
+    (row,) = [r for r in rows if r.key == "interactive.dispatch_threshold"]
+    assert "None" not in (row.setting or "")
+    assert "preferred_batch_size" in (row.setting or "")
+
+
+def test_presets_accept_null_dispatch_threshold_and_refuse_zero(tmp_path):
+    import pytest
+
+    from gate.gates_file import GatesFileError, load
+
+    good = tmp_path / "good.yaml"
+    good.write_text(
+        "version: 1\npresets:\n  safe:\n    interactive: {dispatch_threshold: null}\ngates: []\n"
+    )
+    assert load(good).presets["safe"]["interactive"]["dispatch_threshold"] is None
+    bad = tmp_path / "bad.yaml"
+    bad.write_text(
+        "version: 1\npresets:\n  safe:\n    interactive: {dispatch_threshold: 0}\ngates: []\n"
+    )
+    with pytest.raises(GatesFileError, match="dispatch_threshold"):
+        load(bad)
