@@ -26,8 +26,6 @@ __all__ = [
     "point_value",
 ]
 
-_MONOTONE = ("max", "peak", "count", "delta")
-
 
 def _run_notes(run: RunData) -> tuple[str, ...]:
     notes = list(run.notes)
@@ -95,8 +93,4 @@ class IncrementalEvaluator:
         if not self.gates or elapsed_seconds < self.grace_seconds:
             return []
         verdicts = verdicts_for(run, self.gates_file, self.gates, None, partial=True)
-        return [
-            v
-            for v in verdicts
-            if v.status is Status.FAIL and (v.interval is not None or v.statistic in _MONOTONE)
-        ]
+        return [v for v in verdicts if v.confident_failure]

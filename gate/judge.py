@@ -9,6 +9,7 @@ baseline-regression gates (limits from the stored value). It knows a baseline on
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import math
 from typing import Any, Protocol
@@ -54,19 +55,29 @@ class _Context:
         self.last: Measurement | None = None
         manifest = run.manifest or {}
         ended = manifest.get("ended")
+        # An abort_on_fail stop is a judged outcome, not a fault: the profiles before it
+        # completed, the aborted one is judged by its abort record.
         self.run_closed = (
             None
-            if partial or ended in (None, "completed")
+            if partial or ended in (None, "completed", "aborted")
             else (f"run ended {ended!r}: {manifest.get('reason') or 'no reason recorded'}")
         )
+        self.run_aborted = not partial and ended == "aborted"
 
     def closed_reason(self, profile: ProfileData | None, name: str) -> str | None:
         if self.run_closed:
             return self.run_closed
         if profile is None:
+            if self.run_aborted:
+                return f"profile {name!r} was not run: an abort_on_fail gate stopped the run"
             return f"profile {name!r} is not in this run"
         if self.partial:
             return None
+        if profile.abort is not None:
+            return (
+                f"profile stopped early by abort_on_fail gate {profile.abort.gate!r} after "
+                f"{profile.abort.elapsed_seconds:.1f} s"
+            )
         load = profile.load
         if load is None:
             return "load.json missing: the measurement's validity is unknown"
@@ -148,9 +159,32 @@ def _verdict(
     )
 
 
+def _judge_abort(ctx: _Context, gate: Gate, profile: ProfileData) -> Verdict | None:
+    """The aborting gate's verdict: judged again on what the deciding check read. None when
+    this gates file does not reproduce the abort (the gate is judged like the others then)."""
+    abort, view = profile.abort, profile.abort_view
+    if abort is None or view is None or not gate.abort_on_fail:
+        return None
+    if abort.elapsed_seconds < ctx.settings.abort_grace_seconds:
+        return None
+    snapshot = RunData(path=ctx.run.path, manifest=None, profiles={profile.name: view})
+    # As during the run: no baseline, and the files as they were (partial).
+    verdict = _judge(_Context(snapshot, ctx.gates_file, None, True), gate, profile.name)
+    if not verdict.confident_failure:
+        return None
+    reason = f"aborted the run early: confident failure after {verdict.n} samples"
+    if verdict.reason:
+        reason += f" ({verdict.reason})"
+    return dataclasses.replace(verdict, reason=reason)
+
+
 def _judge(ctx: _Context, gate: Gate, name: str) -> Verdict:
     profile = ctx.run.profiles.get(name)
     confidence = ctx.settings.confidence
+    if not ctx.partial and not ctx.run_closed and profile is not None and profile.abort:
+        aborted = _judge_abort(ctx, gate, profile) if profile.abort.gate == gate.name else None
+        if aborted is not None:
+            return aborted
     closed = ctx.closed_reason(profile, name)
     if closed is not None or profile is None:
         return _verdict(

@@ -164,8 +164,13 @@ def _save_cache(path: Path, columns: RequestColumns) -> None:
         pass  # a read-only run directory just stays uncached
 
 
-def read_requests(path: str | Path, *, cache: bool = False) -> RequestColumns:
+def read_requests(
+    path: str | Path, *, cache: bool = False, max_records: int | None = None
+) -> RequestColumns:
     """Read one requests.jsonl; raises RecordsError (with line number) on a corrupt line.
+
+    `max_records` reads only the file's first that-many lines (complete lines: what a reader
+    saw of a file still being written, see `gate.abort_record`); it skips mirror and cache.
 
     A columnar mirror written by the load generator (docs/records.md, `requests.columns/`) is
     used when its stamp matches the file. With `cache`, columns are kept next to the file
@@ -174,7 +179,9 @@ def read_requests(path: str | Path, *, cache: bool = False) -> RequestColumns:
     be re-parsed on every call.
     """
     path = Path(path)
-    mirrored = read_mirror(path)
+    if max_records is not None:
+        cache = False
+    mirrored = None if max_records is not None else read_mirror(path)
     if mirrored is not None:
         for name in (*_CATEGORICAL_FIELDS, "endpoint"):
             codes, names = mirrored[name]
@@ -192,13 +199,13 @@ def read_requests(path: str | Path, *, cache: bool = False) -> RequestColumns:
     was_enabled = gc.isenabled()
     gc.disable()
     try:
-        return _read(path)
+        return _read(path, max_records)
     finally:
         if was_enabled:
             gc.enable()
 
 
-def _read(path: Path) -> RequestColumns:
+def _read(path: Path, max_records: int | None = None) -> RequestColumns:
     floats: list[np.ndarray] = []
     itl_parts: list[np.ndarray] = []
     count_parts: list[np.ndarray] = []
@@ -214,6 +221,8 @@ def _read(path: Path) -> RequestColumns:
         while pending:
             lines = pending
             pending = handle.readlines(_BLOCK_BYTES)
+            if max_records is not None and first_line - 1 + len(lines) >= max_records:
+                lines, pending = lines[: max_records - first_line + 1], []
             if not pending and lines and not lines[-1].endswith(b"\n"):
                 # A writer killed mid-line leaves this; records.md says skip it and say so.
                 try:

@@ -18,9 +18,24 @@ from typing import Any
 import numpy as np
 import orjson
 
+from gate.abort_record import (
+    SNAPSHOT_FILES,
+    AbortRecord,
+    AbortRecordError,
+    read_abort,
+)
 from gate.records import RecordsError, RequestColumns, read_requests
 
-__all__ = ["ProfileData", "RunData", "RunDirError", "StepColumns", "load_run", "provenance"]
+__all__ = [
+    "ProfileData",
+    "RunData",
+    "RunDirError",
+    "StepColumns",
+    "complete_lines",
+    "load_run",
+    "profile_prefix",
+    "provenance",
+]
 
 _STEP_FIELDS = (
     "t",
@@ -63,6 +78,10 @@ class ProfileData:
     scrapes: list[dict[str, Any]] | None
     gpu: list[dict[str, Any]] | None
     notes: tuple[str, ...] = ()
+    # An `abort_on_fail` gate stopped this profile (abort.json), and the profile's files as the
+    # deciding check read them (its line counts, its stand-in for load.json).
+    abort: AbortRecord | None = None
+    abort_view: ProfileData | None = None
 
     def to_wall(self, monotonic_seconds: float) -> float | None:
         """Convert a request-record time to the observers' wall clock (None without anchor)."""
@@ -93,10 +112,15 @@ def _read_json(path: Path) -> dict[str, Any] | None:
     return data
 
 
-def _read_jsonl(path: Path, notes: list[str]) -> list[dict[str, Any]] | None:
+def _read_jsonl(
+    path: Path, notes: list[str], limit: int | None = None
+) -> list[dict[str, Any]] | None:
     if not path.exists():
         return None
-    lines = [line for line in path.read_bytes().split(b"\n") if line.strip()]
+    raw = path.read_bytes().split(b"\n")
+    if limit is not None:
+        raw = raw[:limit]  # the first `limit` complete lines; a later reader's exact view
+    lines = [line for line in raw if line.strip()]
     try:
         records = list(map(orjson.loads, lines))
     except orjson.JSONDecodeError:
@@ -126,8 +150,8 @@ def _column(rows: list[dict[str, Any]], key: str, *, missing: float = np.nan) ->
     return np.array(values, dtype=np.float64)
 
 
-def _steps(path: Path, notes: list[str]) -> StepColumns | None:
-    records = _read_jsonl(path, notes)
+def _steps(path: Path, notes: list[str], limit: int | None = None) -> StepColumns | None:
+    records = _read_jsonl(path, notes, limit)
     if records is None:
         return None
     try:
@@ -182,6 +206,13 @@ def _profile(name: str, directory: Path, *, cache: bool) -> ProfileData:
     steps = _steps(directory / "steps.jsonl", notes)
     scrapes = _read_jsonl(directory / "scrapes.jsonl", notes)
     gpu = _read_jsonl(directory / "gpu.jsonl", notes)
+    try:
+        abort = read_abort(directory)
+    except AbortRecordError as exc:
+        raise RunDirError(str(exc)) from None
+    view = None
+    if abort is not None:
+        view = profile_prefix(name, directory, lines=abort.lines, load=abort.load_standin())
     return ProfileData(
         name=name,
         directory=str(directory),
@@ -190,6 +221,46 @@ def _profile(name: str, directory: Path, *, cache: bool) -> ProfileData:
         steps=steps,
         scrapes=scrapes,
         gpu=gpu,
+        notes=tuple(notes),
+        abort=abort,
+        abort_view=view,
+    )
+
+
+def complete_lines(directory: Path) -> dict[str, int]:
+    """Complete (newline-ended) lines of each file a profile's gates read, now."""
+    counts = {}
+    for name in SNAPSHOT_FILES:
+        try:
+            counts[name] = (directory / name).read_bytes().count(b"\n")
+        except OSError:
+            counts[name] = 0  # not written yet
+    return counts
+
+
+def profile_prefix(
+    name: str, directory: Path, *, lines: dict[str, int], load: dict[str, Any] | None
+) -> ProfileData:
+    """The profile as a reader saw it when its files had `lines` complete lines (files are only
+    appended to, so this is the same view however much was written since); `load` stands in
+    for a load.json that was not written yet."""
+    directory = Path(directory)
+    notes: list[str] = []
+    requests = None
+    requests_path = directory / "requests.jsonl"
+    if requests_path.exists():
+        try:
+            requests = read_requests(requests_path, max_records=lines["requests.jsonl"])
+        except RecordsError as exc:
+            raise RunDirError(str(exc)) from None
+    return ProfileData(
+        name=name,
+        directory=str(directory),
+        load=load,
+        requests=requests,
+        steps=_steps(directory / "steps.jsonl", notes, lines["steps.jsonl"]),
+        scrapes=_read_jsonl(directory / "scrapes.jsonl", notes, lines["scrapes.jsonl"]),
+        gpu=_read_jsonl(directory / "gpu.jsonl", notes, lines["gpu.jsonl"]),
         notes=tuple(notes),
     )
 

@@ -29,6 +29,7 @@ __all__ = [
 ]
 
 VERDICTS_SCHEMA_VERSION = 1
+_MONOTONE = ("max", "peak", "count", "delta")  # statistics that only grow with more data
 
 
 class Status(str, enum.Enum):
@@ -77,6 +78,24 @@ class Verdict:
     @property
     def id(self) -> str:
         return self.gate if self.profile is None else f"{self.gate}@{self.profile}"
+
+    @property
+    def confident_failure(self) -> bool:
+        """A failure more data cannot undo (what may stop a run early, `abort_on_fail`): judged
+        on an interval (its bound is past the limit), or a statistic that only grows (max,
+        peak, count, delta) already past an upper limit (a `> x` it may still reach is not)."""
+        if self.status is not Status.FAIL:
+            return False
+        if self.interval is not None:
+            return True
+        if self.statistic not in _MONOTONE:
+            return False
+        # Growing further cannot bring it back under an upper limit, or back down to `== x`.
+        op = (self.threshold or "").lstrip()[:2]
+        value, limit = self.value, self.threshold_value
+        return op.startswith("<") or (
+            op == "==" and value is not None and limit is not None and value > limit
+        )
 
     @property
     def blocking(self) -> bool:

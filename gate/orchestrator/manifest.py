@@ -21,7 +21,15 @@ from typing import Any
 __all__ = ["ENDED_VALUES", "MANIFEST_SCHEMA_VERSION", "Manifest", "hardware", "tool_info"]
 
 MANIFEST_SCHEMA_VERSION = 1
-ENDED_VALUES = ("running", "completed", "interrupted", "target_died", "load_crashed")
+# `aborted`: an abort_on_fail gate stopped the run (a judged failure, not a fault).
+ENDED_VALUES = (
+    "running",
+    "completed",
+    "aborted",
+    "interrupted",
+    "target_died",
+    "load_crashed",
+)
 
 
 def _now_iso() -> str:

@@ -4,9 +4,10 @@ Owns the order of a run (DESIGN.md §2): start the bundled server with the prese
 apply the preset live to a `--target`), look at the target once (model, batching, histogram
 buckets: `validate_against_buckets`), write `manifest.json`, run each profile's session, stop
 every child on every path (Ctrl-C and SIGTERM included; a second Ctrl-C during cleanup is
-ignored until the children are gone), then evaluate and write verdicts.json, junit.xml,
-summary.md and report.html. It returns a `RunResult`; printing and the exit code are the
-command's business (`gate.commands.run`).
+ignored until the children are gone) — or stop after the profile an `abort_on_fail` gate
+stopped (manifest `ended: aborted`, later profiles not run) — then evaluate and write
+verdicts.json, junit.xml, summary.md and report.html. It returns a `RunResult`; printing and
+the exit code are the command's business (`gate.commands.run`).
 """
 
 from __future__ import annotations
@@ -21,6 +22,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from gate.abort_record import AbortRecord
 from gate.evaluate import evaluate
 from gate.exit_codes import ExitCode
 from gate.gates_file import GatesFile, validate_against_buckets
@@ -83,6 +85,7 @@ class RunResult:
     evaluation: Evaluation | None
     target: TargetInfo | None
     notes: tuple[str, ...] = ()
+    aborted: AbortRecord | None = None  # an abort_on_fail gate stopped the run early
 
 
 def new_run_id() -> str:
@@ -108,6 +111,7 @@ class _Run:
         self.client: TargetClient | None = None
         self.info: TargetInfo | None = None
         self.restore: tuple[str, dict[str, Any]] | None = None
+        self.aborted: AbortRecord | None = None
         self.manifest = Manifest(
             path=config.run_dir / "manifest.json",
             gates_file=str(suite.path.resolve()),
@@ -191,13 +195,21 @@ class _Run:
                 index=index,
                 total=len(c.plans),
                 children=self.children,
+                gates_file=self.suite.gates_file,
             )
             outcome = session.run()
             self.manifest.add_profile(plan.name, outcome.load, plan.overrides)
             self.manifest.observers[plan.name] = outcome.observers
+            if outcome.aborted is not None:
+                # The run is doomed (a gate failed for sure): the later profiles are not run.
+                self.aborted = outcome.aborted
+                self.manifest.profiles[plan.name]["aborted_by_gate"] = outcome.aborted.gate
+                self.manifest.extra["profiles_not_run"] = [p.name for p in c.plans[index:]]
             self.manifest.write()
             if outcome.fault is not None:
                 return outcome.fault
+            if outcome.aborted is not None:
+                return None
         return None
 
     def _restore_settings(self, url: str, settings: dict[str, Any]) -> None:
@@ -260,9 +272,12 @@ def execute(config: RunConfig, view: LiveView) -> RunResult:
             if not finished and fault is None:
                 # An unexpected error is on its way out: never leave "completed" behind.
                 fault = RunFault(ended="interrupted", reason="batchgate stopped on an error")
-            run.manifest.finish(
-                fault.ended if fault else "completed", fault.message if fault else None
-            )
+            if fault is not None:
+                run.manifest.finish(fault.ended, fault.message)
+            elif run.aborted is not None:
+                run.manifest.finish("aborted", _abort_message(run.aborted))
+            else:
+                run.manifest.finish("completed", None)
             run.manifest.write()
     if run.info is None and fault is not None:
         return RunResult(
@@ -276,8 +291,17 @@ def execute(config: RunConfig, view: LiveView) -> RunResult:
     return _judge(config, run, fault)
 
 
+def _abort_message(record: AbortRecord) -> str:
+    return (
+        f"stopped early by abort_on_fail: confident failure of {record.describe()}; "
+        "later profiles were not run"
+    )
+
+
 def _judge(config: RunConfig, run: _Run, fault: RunFault | None) -> RunResult:
     notes: list[str] = []
+    if run.aborted is not None and fault is None:
+        notes.append(_abort_message(run.aborted))
     try:
         data = load_run(config.run_dir)
     except RunDirError as exc:
@@ -289,6 +313,7 @@ def _judge(config: RunConfig, run: _Run, fault: RunFault | None) -> RunResult:
             evaluation=None,
             target=run.info,
             notes=tuple(notes),
+            aborted=run.aborted,
         )
     evaluation = evaluate(
         data,
@@ -314,6 +339,7 @@ def _judge(config: RunConfig, run: _Run, fault: RunFault | None) -> RunResult:
         evaluation=evaluation,
         target=run.info,
         notes=tuple(notes),
+        aborted=run.aborted if fault is None else None,
     )
 
 

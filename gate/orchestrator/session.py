@@ -4,7 +4,8 @@ Owns the per-profile sequence of DESIGN.md §2 — a `start` scrape, the sampler
 fetcher threads, `python -m loadgen` as a child process (never locust in this process), the
 watch loop (load finished? target alive? live view), the `end` scrape, the bounded wait until
 the target has nothing in flight, the `drain` scrape (the KV-leak check) — and the outcome:
-completed, or the fault that ended it. Every artifact goes into `<run>/<profile>/`
+completed, stopped early by an `abort_on_fail` gate (`abort.json`, then the same end scrape and
+drain), or the fault that ended it. Every artifact goes into `<run>/<profile>/`
 (docs/records.md). It stops what it started on every path, Ctrl-C included. It does not
 evaluate gates or start the server.
 """
@@ -18,6 +19,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from gate.abort_record import AbortRecord, write_abort
+from gate.gates_file import GatesFile
 from gate.observers import (
     NvmlSampler,
     PromScraper,
@@ -27,6 +30,7 @@ from gate.observers import (
     StepFetcherConfig,
 )
 from gate.observers.observer import PeriodicObserver
+from gate.orchestrator.abort_watch import AbortWatch
 from gate.orchestrator.faults import RunFault
 from gate.orchestrator.live import LiveView
 from gate.orchestrator.plan import ProfilePlan
@@ -72,6 +76,7 @@ class ProfileOutcome:
     load_exit_code: int | None
     drained: bool | None
     observers: dict[str, Any] = field(default_factory=dict)
+    aborted: AbortRecord | None = None  # an abort_on_fail gate stopped the load early
 
     @property
     def completed(self) -> bool:
@@ -92,6 +97,7 @@ class ProfileSession:
         index: int,
         total: int,
         children: list[ChildProcess] | None = None,
+        gates_file: GatesFile | None = None,
     ) -> None:
         self.plan = plan
         self.directory = run_dir / plan.name
@@ -104,6 +110,9 @@ class ProfileSession:
         self._observers: list[PeriodicObserver] = []
         self._scraper: PromScraper | None = None
         self._load: ChildProcess | None = None
+        self.gates_file = gates_file  # its abort_on_fail gates are watched during the load
+        self._abort_watch: AbortWatch | None = None
+        self._aborted: AbortRecord | None = None
         # The run's registry of children: whoever cleans up last can still stop this load.
         self._children = children if children is not None else []
 
@@ -124,6 +133,7 @@ class ProfileSession:
                 log_path=self.directory / "load.log",
             )
             self._children.append(self._load)
+            self._abort_watch = self._new_abort_watch()
             self.view.begin(
                 profile=self.plan.name,
                 directory=self.directory,
@@ -133,6 +143,8 @@ class ProfileSession:
             )
             fault = self._watch()
             self.view.end()
+            if fault is None and self._aborted is not None:
+                self._stop_aborted_load(self._aborted)
             if fault is None:
                 assert self._scraper is not None
                 self._scraper.scrape_now("end")
@@ -157,7 +169,7 @@ class ProfileSession:
                 self._load.stop(timeout_seconds=1.0)  # reap stragglers of its group
             summaries = self._stop_observers()
         load = _read_load(self.directory / "load.json")
-        if fault is None:
+        if fault is None and self._aborted is None:
             fault = self._judge_load(load)
         return ProfileOutcome(
             name=self.plan.name,
@@ -166,6 +178,7 @@ class ProfileSession:
             load_exit_code=None if self._load is None else self._load.poll(),
             drained=drained,
             observers=summaries,
+            aborted=self._aborted if fault is None else None,
         )
 
     def _load_argv(self, overrides_path: Path) -> list[str]:
@@ -213,6 +226,10 @@ class ProfileSession:
                         profile=self.plan.name,
                         reason=f"{self.target.url}/health failed {failures} times in a row",
                     )
+            if self._abort_watch is not None:
+                self._aborted = self._abort_watch.poll()
+                if self._aborted is not None:
+                    return None
         if self.server is not None and self.server.poll() is not None:
             return RunFault(
                 ended="target_died",
@@ -220,6 +237,32 @@ class ProfileSession:
                 reason=f"the server process exited with code {self.server.poll()}",
             )
         return None
+
+    def _new_abort_watch(self) -> AbortWatch | None:
+        if self.gates_file is None:
+            return None
+        warmup = self.plan.params.get("warmup_seconds")
+        watch = AbortWatch(
+            gates_file=self.gates_file,
+            profile=self.plan.name,
+            directory=self.directory,
+            warmup_seconds=float(warmup) if isinstance(warmup, (int, float)) else None,
+            started_at=time.monotonic(),
+        )
+        return watch if watch.active else None
+
+    def _stop_aborted_load(self, record: AbortRecord) -> None:
+        """Keep the deciding check's view (abort.json), then stop the load politely: SIGINT,
+        so it cancels what is in flight and still writes load.json (ended: interrupted)."""
+        write_abort(self.directory, record)
+        self.view.message(
+            f"batchgate: confident failure of {record.describe()}: stopping the run early "
+            "(abort_on_fail)"
+        )
+        assert self._load is not None
+        self._load.stop(
+            first_signal=signal.SIGINT, timeout_seconds=self.settings.load_stop_timeout_seconds
+        )
 
     def _judge_load(self, load: dict[str, Any] | None) -> RunFault | None:
         code = None if self._load is None else self._load.poll()
