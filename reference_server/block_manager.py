@@ -107,14 +107,17 @@ class BlockManager:
         position = seq.num_computed_tokens
         grew = position >= len(table) * self.block_size
         if grew:
-            if not self._free_blocks:
+            free_blocks = self._free_blocks
+            if not free_blocks:
                 return False
-            table.append(self._free_blocks.pop())
+            table.append(free_blocks.pop())
         reserved = self._reserved_tokens
-        previous = reserved.get(seq.request_id, 0)
-        if position + 1 > previous:
-            reserved[seq.request_id] = position + 1
-            self._num_reserved_tokens += position + 1 - previous
+        request_id = seq.request_id
+        target = position + 1
+        previous = reserved.get(request_id, 0)
+        if target > previous:
+            reserved[request_id] = target
+            self._num_reserved_tokens += target - previous
         if grew and self.num_blocks - len(self._free_blocks) > self._num_blocks_peak:
             self._grow_peak(self.num_blocks - len(self._free_blocks))
         return True

@@ -275,6 +275,8 @@ class Engine:
                 f"runner returned {len(tokens)} tokens for {len(scheduled.chunks)} chunks"
             )
         any_finished = False
+        append_token = self._append_token
+        append_output = outputs.append
         for chunk, token in zip(scheduled.chunks, tokens, strict=True):
             seq = chunk.seq
             seq.num_computed_tokens += chunk.num_new_tokens
@@ -282,9 +284,10 @@ class Engine:
                 continue
             if token is None:
                 raise RuntimeError(f"runner sampled no token for {seq.request_id}")
-            output = self._append_token(seq, token, forward_end)
-            outputs.append(output)
-            any_finished = any_finished or output.finished
+            output = append_token(seq, token, forward_end)
+            append_output(output)
+            if output.finished:
+                any_finished = True
         if any_finished:
             self.scheduler.remove_finished_running()
         stats.num_steps_total += 1
@@ -315,23 +318,38 @@ class Engine:
         return StepResult(outputs, record)
 
     def _append_token(self, seq: Sequence, token: int, now: float) -> RequestOutput:
-        seq.output_token_ids.append(token)
+        # The per-token hot path (once per running sequence per step): kept lean on purpose.
+        output_token_ids = seq.output_token_ids
+        output_token_ids.append(token)
+        num_output_tokens = len(output_token_ids)
         self._stats.num_generation_tokens_total += 1
         if seq.first_token_time is None:
             seq.first_token_time = now
         params = seq.sampling_params
         text, stopped = self._streams[seq.request_id].push(token)
-        reason: str | None = None
         is_eos = token == self._eos_token_id and not params.ignore_eos
         if stopped or is_eos or token in params.stop_token_ids:
             reason = "stop"
-        elif len(seq.output_token_ids) >= params.max_tokens:
+        elif num_output_tokens >= params.max_tokens:
             reason = "length"
-        elif len(seq.prompt_token_ids) + len(seq.output_token_ids) >= self._max_model_len:
+        elif len(seq.prompt_token_ids) + num_output_tokens >= self._max_model_len:
             # Unreachable through add_request's checks today; kept as the cache's hard bound.
             reason = "max_model_len"
-        if reason is None:
-            return self._output(seq, [token], text, None)
+        else:
+            # The same fields as _output, positionally (cheaper than keywords per token).
+            return RequestOutput(
+                seq.request_id,
+                [token],
+                text,
+                False,
+                None,
+                len(seq.prompt_token_ids),
+                num_output_tokens,
+                seq.arrival_time,
+                seq.first_scheduled_time,
+                seq.first_token_time,
+                seq.num_preemptions,
+            )
         seq.finish_reason = reason  # the scheduler drops it after this step
         return self._finish(seq, reason, [token], text, flush=not stopped)
 

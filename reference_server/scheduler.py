@@ -130,6 +130,7 @@ class Scheduler:
             self.num_waiting_by_class[seq.priority] -= 1
         self._block_manager.free(seq)
         seq.status = SequenceStatus.FINISHED
+        seq.decode_chunk = None
         if self._batch_members_left and seq.batch_id == self._batch_id:
             self._batch_members_left -= 1
 
@@ -143,6 +144,7 @@ class Scheduler:
             self.num_running_by_class[seq.priority] -= 1
             self._block_manager.free(seq)
             seq.status = SequenceStatus.FINISHED
+            seq.decode_chunk = None
             if self._batch_members_left and seq.batch_id == self._batch_id:
                 self._batch_members_left -= 1
         self._running = keep
@@ -216,42 +218,57 @@ class Scheduler:
         running = self._running
         bm = self._block_manager
         chunks = out.chunks
-        # Reserve one token per decode so a prefill chunk never takes a decode's place.
-        decodes_left = 0
-        for s in running:
-            if len(s.prompt_token_ids) + len(s.output_token_ids) - s.num_computed_tokens == 1:
-                decodes_left += 1
+        try_append_decode_slot = bm.try_append_decode_slot
+        # Reserve one token per decode so a prefill chunk never takes a decode's place:
+        # decodes_left counts the decodes in running[index:]. Only a prefill chunk reads it, so it
+        # is counted when the first one comes up (None until then; all-decode steps never do).
+        decodes_left: int | None = None
+        num_decode_tokens = 0
         index = 0
         while index < len(running):
             seq = running[index]
-            remaining = seq.num_tokens - seq.num_computed_tokens
+            remaining = len(seq.prompt_token_ids) + len(seq.output_token_ids)
+            remaining -= seq.num_computed_tokens
             if remaining == 1:
-                decodes_left -= 1
-                if budget > 0 and bm.try_append_decode_slot(seq):
+                if decodes_left is not None:
+                    decodes_left -= 1
+                if budget > 0 and try_append_decode_slot(seq):
                     # The hot path: a decode that fits; no victim search, no chunk arithmetic.
                     if seq.num_computed_tokens < seq.prefill_end:
                         out.num_prefill_tokens += 1
                     else:
-                        out.num_decode_tokens += 1
-                    chunks.append(ScheduledChunk(seq, 1, True))
+                        num_decode_tokens += 1
+                    chunk = seq.decode_chunk
+                    if chunk is None:
+                        chunk = seq.decode_chunk = ScheduledChunk(seq, 1, True)
+                    chunks.append(chunk)
                     budget -= 1
                     index += 1
                     continue
                 num_new = 1 if budget > 0 else 0
             else:
+                if decodes_left is None:
+                    decodes_left = 0
+                    for s in running[index + 1 :]:
+                        if len(s.prompt_token_ids) + len(s.output_token_ids) == (
+                            s.num_computed_tokens + 1
+                        ):
+                            decodes_left += 1
                 num_new = min(remaining, cfg.max_prefill_chunk_tokens, budget - decodes_left)
             if num_new <= 0:
                 index += 1
                 continue
             decode_victims = out.num_preempted_decodes
             num_new = self._make_room(seq, num_new, out)
-            decodes_left -= out.num_preempted_decodes - decode_victims
+            if decodes_left is not None:
+                decodes_left -= out.num_preempted_decodes - decode_victims
             if num_new == 0:
                 break  # `seq` was the tail and became the victim: nothing is left to serve
             bm.append_slot(seq, num_new)
             self._emit(seq, num_new, out)
             budget -= num_new
             index += 1
+        out.num_decode_tokens += num_decode_tokens
         # A preemption means memory is short: admitting now would only cause more.
         if not out.preempted:
             if cfg.policy != "continuous" and not self._batch_in_flight():

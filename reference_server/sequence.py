@@ -35,6 +35,7 @@ class Sequence:
         "block_table",
         "class_rank",
         "deadline_time",
+        "decode_chunk",
         "finish_reason",
         "first_scheduled_time",
         "first_token_time",
@@ -85,6 +86,9 @@ class Sequence:
         self.first_token_time: float | None = None
         self.finish_reason: str | None = None
         self.num_preemptions = 0
+        # The scheduler's reusable ScheduledChunk(self, 1, True) for decode steps (chunks are
+        # immutable, so one object serves every step); dropped when the sequence finishes.
+        self.decode_chunk: ScheduledChunk | None = None
 
     @property
     def num_prompt_tokens(self) -> int:
