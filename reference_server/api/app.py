@@ -21,6 +21,7 @@ from starlette.exceptions import HTTPException
 from starlette.requests import Request
 from starlette.responses import Response
 from starlette.routing import Route
+from starlette.types import Receive, Scope, Send
 
 from reference_server.api import admin
 from reference_server.api.auth import check_api_key
@@ -41,6 +42,7 @@ from reference_server.api.protocol import (
     parse_embedding_request,
 )
 from reference_server.api.server_config import ServerConfig
+from reference_server.api.sse import RAW_SEND_KEY
 from reference_server.errors import EngineError
 
 __all__ = ["ServerState", "build_app", "build_state"]
@@ -280,6 +282,15 @@ async def _unexpected(request: Request, exc: Exception) -> Response:
     return error_response(error)
 
 
+class _App(Starlette):
+    """Starlette that keeps the server's unwrapped `send` in the scope for SSE bodies."""
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] == "http":
+            scope[RAW_SEND_KEY] = send
+        await super().__call__(scope, receive, send)
+
+
 def build_app(state: ServerState, *, lifespan: Any = None) -> Starlette:
     routes = [
         Route("/health", health, methods=["GET"]),
@@ -290,7 +301,7 @@ def build_app(state: ServerState, *, lifespan: Any = None) -> Starlette:
         Route("/v1/embeddings", embeddings, methods=["POST"]),
         *admin.routes(),
     ]
-    app = Starlette(
+    app = _App(
         routes=routes,
         exception_handlers={
             APIError: _api_error,

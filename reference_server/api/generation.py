@@ -281,11 +281,15 @@ async def _events(
     on_done: Any,
 ) -> AsyncIterator[bytes]:
     try:
-        if shapes.chat:
-            yield shapes.role_chunk()
+        # Chat's role chunk leaves in the same write as the first text when that is ready.
+        pending = shapes.role_chunk() if shapes.chat else b""
+        if pending and not output.new_text:
+            yield pending
+            pending = b""
         while True:
             if output.new_text:
-                yield shapes.content_chunk(output.new_text)
+                yield pending + shapes.content_chunk(output.new_text)
+                pending = b""
             if output.finished:
                 break
             try:
@@ -293,10 +297,11 @@ async def _events(
             except StopAsyncIteration:
                 break
             timer.on_output(output)
-        yield shapes.finish_chunk(_finish_reason(output))
+        # The tail leaves in one write: finish chunk, usage chunk, [DONE].
+        tail = shapes.finish_chunk(_finish_reason(output))
         if shapes.include_usage:
-            yield shapes.usage_chunk(output)
-        yield SSE_DONE
+            tail += shapes.usage_chunk(output)
+        yield tail + SSE_DONE
     except EngineError as exc:
         # Headers are gone already: the error travels as an event, as OpenAI's API does.
         yield sse_event(from_engine_error(exc).to_dict())

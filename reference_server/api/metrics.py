@@ -10,6 +10,7 @@ docs/server.md lists every metric with its meaning and unit.
 
 from __future__ import annotations
 
+import bisect
 import threading
 from collections.abc import Callable, Iterator
 from typing import Any
@@ -138,9 +139,7 @@ class ServerMetrics:
         if ttft_seconds is not None:
             self.ttft.labels(priority=priority).observe(max(0.0, ttft_seconds))
         if inter_token_seconds:
-            child = self.inter_token.labels(priority=priority)
-            for gap in inter_token_seconds:
-                child.observe(max(0.0, gap))
+            _observe_many(self.inter_token.labels(priority=priority), inter_token_seconds)
         if e2e_seconds is not None:
             self.e2e.labels(priority=priority).observe(max(0.0, e2e_seconds))
         if queue_seconds is not None:
@@ -164,6 +163,34 @@ class ServerMetrics:
 
     def render(self) -> bytes:
         return generate_latest(self.registry)
+
+
+def _observe_many(child: Any, values: list[float]) -> None:
+    """`child.observe(max(0, v))` for each value, with one lock round per touched bucket.
+
+    A streamed request ends with one inter-token gap per output token; observing them one by
+    one costs a lock pair per token on the event loop, which shares the GIL with the engine.
+    """
+    bounds = getattr(child, "_upper_bounds", None)
+    buckets = getattr(child, "_buckets", None)
+    total = getattr(child, "_sum", None)
+    if bounds is None or buckets is None or total is None or len(bounds) != len(buckets):
+        for value in values:  # prometheus_client internals changed: the public, slower way
+            child.observe(max(0.0, value))
+        return
+    counts: dict[int, int] = {}
+    amount = 0.0
+    for value in values:
+        if value < 0.0:
+            value = 0.0
+        amount += value
+        # observe() counts a value in the first bucket whose upper bound is >= it.
+        index = bisect.bisect_left(bounds, value)
+        counts[index] = counts.get(index, 0) + 1
+    total.inc(amount)
+    for index, count in counts.items():
+        if index < len(buckets):
+            buckets[index].inc(count)
 
 
 class _EngineCollector:

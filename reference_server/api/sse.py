@@ -16,7 +16,12 @@ from typing import Any
 import orjson
 from starlette.types import Receive, Scope, Send
 
-__all__ = ["SSE_DONE", "EventStreamResponse", "sse_event", "wait_for_disconnect"]
+__all__ = ["RAW_SEND_KEY", "SSE_DONE", "EventStreamResponse", "sse_event", "wait_for_disconnect"]
+
+# The server's own `send`, stored in the scope before Starlette wraps it (see app.py). Starlette's
+# error middlewares wrap `send` only to learn whether the response has started; once the start
+# message went through them, body chunks can skip those per-token wrapper calls.
+RAW_SEND_KEY = "batchgate.raw_send"
 
 SSE_DONE = b"data: [DONE]\n\n"
 _HEADERS = [
@@ -50,7 +55,7 @@ class EventStreamResponse:
         self.disconnected = False
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        producer = asyncio.ensure_future(self._produce(send))
+        producer = asyncio.ensure_future(self._produce(send, scope.get(RAW_SEND_KEY, send)))
         watcher = asyncio.ensure_future(wait_for_disconnect(receive))
         try:
             done, _ = await asyncio.wait((producer, watcher), return_when=asyncio.FIRST_COMPLETED)
@@ -70,8 +75,9 @@ class EventStreamResponse:
             if aclose is not None:
                 await aclose()
 
-    async def _produce(self, send: Send) -> None:
+    async def _produce(self, send: Send, body_send: Send) -> None:
+        # The start goes through the wrapped `send`, so the middlewares know headers are gone.
         await send({"type": "http.response.start", "status": 200, "headers": self._headers})
         async for chunk in self._events:
-            await send({"type": "http.response.body", "body": chunk, "more_body": True})
-        await send({"type": "http.response.body", "body": b"", "more_body": False})
+            await body_send({"type": "http.response.body", "body": chunk, "more_body": True})
+        await body_send({"type": "http.response.body", "body": b"", "more_body": False})
