@@ -5,8 +5,8 @@ files, and the columnar mirror `requests.columns/` that the load generator write
 writer closes, through the same `loadgen.columns.ColumnMirror`) into a temporary directory, then
 runs `load_run` + `evaluate` in a fresh child process (so peak RSS is that of the check alone)
 and prints a table; writes benchmarks/results/gate.json. Targets (issue 5): <= 5 s and <= 1 GiB
-peak RSS. `--jsonl-only` hides the mirror to measure parsing the JSONL (plus the gate's own
-column cache on later checks).
+peak RSS. `--jsonl-only` hides the mirror to measure parsing the JSONL (every check parses it:
+the mirror is the run's one column format).
 
     .venv/bin/python benchmarks/bench_gate.py [--requests N] [--keep DIR] [--repeat K]
         [--jsonl-only]
@@ -212,9 +212,9 @@ def generate(run_dir: Path, n: int, *, seed: int = 0, block: int = 50_000) -> No
 _CHILD = """
 import sys, time, json
 t0 = time.perf_counter()
-from gate.gates_file import load
-from gate.rundir import load_run
-from gate.evaluate import evaluate
+from gate.gates.file import load
+from gate.rundir.run import load_run
+from gate.verdicts.evaluate import evaluate
 t1 = time.perf_counter()
 gates = load(sys.argv[2])
 run = load_run(sys.argv[1])
@@ -276,16 +276,14 @@ def main() -> int:
         gates_path = run_dir / "bench_gates.yaml"
         gates_path.write_text(gates_text())
         size_mib = requests_file.stat().st_size / 2**20
-        cache = requests_file.with_name(f".{requests_file.name}.columns")
-        shutil.rmtree(cache, ignore_errors=True)
         mirror_dir = columns_dir(requests_file)
         hidden = mirror_dir.with_name(mirror_dir.name + ".hidden")
         if args.jsonl_only and mirror_dir.exists():
             mirror_dir.rename(hidden)
         elif not args.jsonl_only and hidden.exists() and not mirror_dir.exists():
             hidden.rename(mirror_dir)
-        mode = "JSONL parse + gate cache" if args.jsonl_only else "load generator's mirror"
-        cold = measure(run_dir, gates_path)  # mirror, or parse the JSONL and write the cache
+        mode = "JSONL parse" if args.jsonl_only else "load generator's mirror"
+        cold = measure(run_dir, gates_path)  # first check: a cold page cache
         runs = [measure(run_dir, gates_path) for _ in range(args.repeat)]
         best = min(runs, key=lambda r: r["total_s"])
         peak = max(r["peak_rss_mib"] for r in [cold, *runs])

@@ -1,15 +1,18 @@
 """batchgate's gate: observers, the gates.yaml language, the evaluator and the outputs.
 
-`import gate` must not import torch, locust, `reference_server` or `loadgen` (DESIGN.md §3;
+`import gate` must not import torch, locust, `reference_server` or `loadgen` (docs/architecture.md;
 tests/gate/test_import_boundaries.py pins this).
 """
 
 from gate.baseline import Baseline, BaselineError, BaselineStore
-from gate.evaluate import IncrementalEvaluator, evaluate
-from gate.exit_codes import ExitCode
-from gate.gates_file import GatesFile, GatesFileError, validate_against_buckets
-from gate.rundir import RunData, RunDirError, load_run
-from gate.verdicts import Evaluation, Status, Verdict, read_verdicts, write_outputs
+from gate.errors import ExitCode
+from gate.gates.file import validate_against_buckets
+from gate.gates.model import GatesFile
+from gate.gates.reader import GatesFileError
+from gate.outputs.files import read_verdicts, write_outputs
+from gate.rundir.run import RunData, RunDirError, load_run
+from gate.verdicts.evaluate import IncrementalEvaluator, evaluate
+from gate.verdicts.model import Evaluation, Status, Verdict
 
 __all__ = [
     "Baseline",

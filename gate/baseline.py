@@ -3,7 +3,7 @@
 Owns the store (default `.batchgate/baselines/` under the working directory, one JSON file per
 baseline), saving a run's measured statistics (every gate of a gates file plus a standard set of
 client latency statistics per profile), listing, showing and loading them, and saying why a
-baseline is not comparable to a run (provenance mismatch). It does not judge (`gate.evaluate`).
+baseline is not comparable to a run (provenance mismatch). It does not judge (`gate.verdicts.evaluate`).
 """
 
 from __future__ import annotations
@@ -16,10 +16,12 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from gate import derive
-from gate.evaluate import measure_key, point_value
-from gate.gates_file import GatesFile, Scope, Settings, Slos
-from gate.rundir import RunData, provenance
+from gate.errors import BatchgateError, ExitCode
+from gate.gates.model import GatesFile, Scope, Settings, Slos
+from gate.metrics import derive
+from gate.rundir.run import RunData, provenance
+from gate.verdicts.assess import point_value
+from gate.verdicts.judge import measure_key
 
 __all__ = ["BASELINE_SCHEMA_VERSION", "DEFAULT_STORE", "Baseline", "BaselineError", "BaselineStore"]
 
@@ -43,8 +45,10 @@ _STANDARD = (
 )
 
 
-class BaselineError(ValueError):
+class BaselineError(BatchgateError, ValueError):
     """A baseline that cannot be saved or found (the message says why)."""
+
+    default_exit_code = ExitCode.USAGE
 
 
 @dataclass(frozen=True, kw_only=True)

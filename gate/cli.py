@@ -1,9 +1,9 @@
-"""The `batchgate` command: one sub-command per verb of DESIGN.md §7.
+"""The `batchgate` command: one sub-command per verb of docs/exit-codes.md.
 
 Owns argument parsing and the exit code; every verb lives in `gate.commands.<verb>` and exposes
 `register(subparsers)` which adds its parser and sets `func(args) -> int`. `serve` and `load`
 hand over to `python -m reference_server` / `python -m loadgen` in a child process, because
-`gate` must never import torch or locust (DESIGN.md §3).
+`gate` must never import torch or locust (docs/architecture.md).
 """
 
 from __future__ import annotations
@@ -14,7 +14,7 @@ import os
 import sys
 from collections.abc import Sequence
 
-from gate.exit_codes import ExitCode
+from gate.errors import ExitCode
 
 # Order is the order shown in --help.
 COMMANDS = (

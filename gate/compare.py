@@ -4,7 +4,7 @@ Owns which metrics a comparison shows, their two-sided intervals (order-statisti
 percentiles, Clopper–Pearson for error rates, a Poisson count interval for request throughput)
 and the rule that a difference is "larger than its noise" when the two runs' intervals do not
 overlap; metrics without a noise model (peaks, recompute ratio, tokens/s) show the delta only.
-Values come from `gate.derive` and `gate.evaluate.point_value`. It returns data (and a rich
+Values come from `gate.metrics.derive` and `gate.evaluate.point_value`. It returns data (and a rich
 renderable of it); it does not read files or print.
 """
 
@@ -19,13 +19,14 @@ from rich.console import Group, RenderableType
 from rich.table import Table
 from rich.text import Text
 
-from gate import derive, glossary
-from gate.evaluate import point_value
-from gate.gates_file import Scope, Settings, Slos
-from gate.rundir import RunData
+from gate import glossary
+from gate.gates.model import Scope, Settings, Slos
+from gate.metrics import derive, measurements
+from gate.rundir.run import RunData
 from gate.stats import proportion_bounds, quantile_bounds, two_sided
 from gate.units import UnitKind, format_value
-from gate.verdicts import Evaluation
+from gate.verdicts.assess import point_value
+from gate.verdicts.model import Evaluation
 
 __all__ = ["KEY_METRICS", "Comparison", "Estimate", "MetricRow", "VerdictRow", "compare", "render"]
 
@@ -159,13 +160,13 @@ def _bound(value: float) -> float | None:
 
 
 def _estimate(
-    measurement: derive.Measurement, statistic: str, level: float, *, metric_counts_requests: bool
+    measurement: measurements.Measurement, statistic: str, level: float, *, metric_counts_requests: bool
 ) -> tuple[Estimate, str]:
     """The point value, its interval (one-sided bounds at `level` each) and the method used."""
-    if isinstance(measurement, derive.NoData):
+    if isinstance(measurement, measurements.NoData):
         return Estimate(value=None, reason=measurement.reason), UNKNOWN
     value = point_value(measurement, statistic)
-    if isinstance(measurement, derive.Samples) and statistic in glossary.PERCENTILES:
+    if isinstance(measurement, measurements.Samples) and statistic in glossary.PERCENTILES:
         n = len(measurement.values)
         if n == 0:
             return Estimate(value=None, reason="no samples"), UNKNOWN
@@ -178,12 +179,12 @@ def _estimate(
         return Estimate(
             value=value, low=_bound(bounds.lower), high=_bound(bounds.upper), n=n
         ), method
-    if isinstance(measurement, derive.Events) and statistic == "mean" and measurement.total:
+    if isinstance(measurement, measurements.Events) and statistic == "mean" and measurement.total:
         bounds = proportion_bounds(measurement.hits, measurement.total, confidence=level)
         est = Estimate(value=value, low=bounds.lower, high=bounds.upper, n=measurement.total)
         return est, "Clopper–Pearson"
     if (
-        isinstance(measurement, derive.Events)
+        isinstance(measurement, measurements.Events)
         and statistic == "rate"
         and metric_counts_requests
         and measurement.window_seconds > 0
@@ -194,7 +195,7 @@ def _estimate(
         half = z * math.sqrt(max(hits, 1))
         low, high = max(hits - half, 0.0) / seconds, (hits + half) / seconds
         return Estimate(value=value, low=low, high=high, n=hits), "Poisson count (normal approx.)"
-    n = len(measurement.values) if isinstance(measurement, derive.Series) else 0
+    n = len(measurement.values) if isinstance(measurement, measurements.Series) else 0
     if value is None:
         return Estimate(value=None, n=n, reason="no value in the window"), UNKNOWN
     return Estimate(value=value, n=n), NO_MODEL

@@ -1,9 +1,9 @@
-"""The metric glossary of DESIGN.md §5 as data: every gateable metric's name and what fits it.
+"""The metric glossary (docs/gates.md) as data: every gateable metric's name and what fits it.
 
 Owns, per metric: where it is measured (client / server / gpu / run), what shape its data has
 (per-event samples, per-request events, a time series, a counter, one value per window), the
 unit it is measured in, which statistics fit it and which scope keys apply. It does not know how
-values are computed (`gate.derive`) or judged (`gate.evaluate`).
+values are computed (`gate.metrics.derive`) or judged (`gate.verdicts.evaluate`).
 """
 
 from __future__ import annotations
@@ -14,6 +14,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from types import MappingProxyType
 
+from gate.errors import BatchgateError, ExitCode
 from gate.units import UnitKind
 
 __all__ = [
@@ -30,8 +31,10 @@ __all__ = [
 ]
 
 
-class UnknownMetricError(KeyError):
+class UnknownMetricError(BatchgateError, KeyError):
     """A metric name that is not in the glossary; the message suggests the nearest names."""
+
+    default_exit_code = ExitCode.INVALID_GATES
 
     def __str__(self) -> str:
         return str(self.args[0])

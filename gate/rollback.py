@@ -4,7 +4,7 @@ Owns the HTTP exchange with the bundled server's `GET`/`PUT /admin/batching` (sn
 current settings, apply the preset, return what was there before so rolling forward is one
 command), the errors a user can act on (unreachable, refused, rejected, not supported), and the
 documented mapping of preset keys to vLLM engine flags, Triton dynamic-batcher fields and TGI
-router flags (docs/rollback.md). It does not parse gates files (gate.gates_file does) or print.
+router flags (docs/rollback.md). It does not parse gates files (gate.gates.file does) or print.
 """
 
 from __future__ import annotations
@@ -14,6 +14,8 @@ from collections.abc import Mapping
 from typing import Any
 
 import httpx
+
+from gate.errors import BatchgateError, ExitCode
 
 __all__ = [
     "AdminRefused",
@@ -32,8 +34,10 @@ BATCHING_PATH = "/admin/batching"
 CLASSES = ("interactive", "batch")
 
 
-class RollbackError(Exception):
+class RollbackError(BatchgateError):
     """A rollback that could not be done; the message says why and what to do."""
+
+    default_exit_code = ExitCode.NO_DATA
 
 
 class TargetUnreachable(RollbackError):

@@ -14,6 +14,8 @@ import re
 from collections.abc import Callable
 from dataclasses import dataclass
 
+from gate.errors import BatchgateError, ExitCode
+
 __all__ = [
     "Threshold",
     "UnitError",
@@ -24,8 +26,10 @@ __all__ = [
 ]
 
 
-class UnitError(ValueError):
+class UnitError(BatchgateError, ValueError):
     """A threshold or quantity that cannot be read; the message says what to write instead."""
+
+    default_exit_code = ExitCode.INVALID_GATES
 
 
 class UnitKind(str, enum.Enum):

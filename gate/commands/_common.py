@@ -1,31 +1,39 @@
 """What the commands that judge saved runs (`check`, `report`, `compare`) share.
 
-Owns `CommandStop` (a message plus the exit code of DESIGN.md §7, which each command prints its
+Owns `UsageError` (a message plus the exit code of docs/exit-codes.md, which each command prints its
 own way), the options that shape a re-evaluation, finding the gates file for a saved run, and
 turning the library's errors (invalid gates file, unknown baseline, unreadable verdicts.json)
-into a `CommandStop`. It does not read run directories (the commands differ on a missing one)
+into a `UsageError`. It does not read run directories (the commands differ on a missing one)
 or evaluate anything.
 """
 
 from __future__ import annotations
 
 import argparse
+import os
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
 from gate.baseline import Baseline, BaselineError, BaselineStore
-from gate.exit_codes import ExitCode
-from gate.gates_file import GatesFile, GatesFileError, load
-from gate.verdicts import Evaluation, read_verdicts
+from gate.errors import ExitCode, UsageError
+from gate.gates.file import load
+from gate.gates.model import GatesFile
+from gate.gates.reader import GatesFileError
+from gate.orchestrator.presets import start_only
+from gate.outputs.files import read_verdicts
+from gate.rundir.run import RunData, RunDirError, load_run
+from gate.verdicts.model import Evaluation
 
 __all__ = [
     "DEFAULT_GATES_FILE",
-    "CommandStop",
     "add_evaluation_arguments",
     "find_gates_file",
     "load_baseline",
     "load_gates",
+    "add_common_arguments",
+    "load_gates_and_preset",
+    "open_run",
     "read_saved_verdicts",
     "rollback_target",
 ]
@@ -33,12 +41,6 @@ __all__ = [
 DEFAULT_GATES_FILE = Path("gates.yaml")
 
 
-class CommandStop(Exception):
-    """Ends a command early with a message and an exit code."""
-
-    def __init__(self, message: str, code: ExitCode) -> None:
-        super().__init__(message)
-        self.code = code
 
 
 def add_evaluation_arguments(parser: argparse.ArgumentParser) -> None:
@@ -70,7 +72,7 @@ def load_gates(path: str | Path) -> GatesFile:
     try:
         return load(path)
     except GatesFileError as exc:  # its message names the file, line and key
-        raise CommandStop(str(exc), ExitCode.INVALID_GATES) from None
+        raise UsageError(str(exc), ExitCode.INVALID_GATES) from None
 
 
 def load_baseline(name: str | None, store_dir: str | None) -> Baseline | None:
@@ -80,7 +82,7 @@ def load_baseline(name: str | None, store_dir: str | None) -> Baseline | None:
     try:
         return BaselineStore(store_dir).load(name)
     except BaselineError as exc:
-        raise CommandStop(str(exc), ExitCode.USAGE) from None
+        raise UsageError(str(exc), ExitCode.USAGE) from None
 
 
 def rollback_target(explicit: str | None, manifest: Mapping[str, Any] | None) -> str | None:
@@ -95,4 +97,93 @@ def read_saved_verdicts(path: Path) -> Evaluation | None:
     try:
         return read_verdicts(path)
     except (OSError, ValueError, KeyError, TypeError) as exc:
-        raise CommandStop(f"{path}: unreadable verdicts: {exc}", ExitCode.NO_DATA) from None
+        raise UsageError(f"{path}: unreadable verdicts: {exc}", ExitCode.NO_DATA) from None
+
+
+def open_run(path_text: str | Path) -> RunData:
+    """The run directory a command judges or renders; one rule for every command.
+
+    A path that does not exist or is not a directory is a usage error (2): the user typed it.
+    A directory that is not a readable run (no profiles, a corrupt record) is no data (5).
+    """
+    path = Path(path_text)
+    if not path.exists():
+        raise UsageError(f"{path}: no such run directory", ExitCode.USAGE)
+    if not path.is_dir():
+        raise UsageError(f"{path}: not a directory", ExitCode.USAGE)
+    try:
+        return load_run(path)
+    except RunDirError as exc:
+        raise UsageError(f"not a readable run: {exc}", ExitCode.NO_DATA) from None
+
+def add_common_arguments(parser: argparse.ArgumentParser) -> None:
+    """Flags `run` and `sweep` share."""
+    parser.add_argument(
+        "--gates", type=Path, default=Path("gates.yaml"), help="gates file (default gates.yaml)"
+    )
+    parser.add_argument(
+        "--target",
+        metavar="URL",
+        help="gate a running OpenAI-compatible server instead of the bundled one",
+    )
+    parser.add_argument(
+        "--preset",
+        metavar="NAME",
+        help="batching preset from the gates file (server flags for the bundled "
+        "server; PUT /admin/batching for a --target that has it)",
+    )
+    parser.add_argument(
+        "--server-arg",
+        action="append",
+        default=[],
+        metavar="ARG",
+        help="extra flag for the bundled server (repeat; e.g. --server-arg=--max-num-seqs=32)",
+    )
+    parser.add_argument(
+        "--workers",
+        type=int,
+        default=1,
+        help="Locust worker processes of the load generator (default 1; see docs/loadgen.md)",
+    )
+    parser.add_argument(
+        "--api-key",
+        default=os.environ.get("BATCHGATE_API_KEY"),
+        help="API key for the target (default $BATCHGATE_API_KEY)",
+    )
+    parser.add_argument(
+        "--admin-token",
+        default=os.environ.get("BATCHGATE_ADMIN_TOKEN"),
+        help="admin token for /admin/* (default $BATCHGATE_ADMIN_TOKEN)",
+    )
+
+
+
+
+def load_gates_and_preset(
+    args: argparse.Namespace,
+) -> tuple[GatesFile, dict[str, Any] | None]:
+    """(gates file, preset or None); raises UsageError with exit 4 or 2."""
+    try:
+        gates_file = load(args.gates)
+    except GatesFileError as exc:
+        raise UsageError(str(exc), ExitCode.INVALID_GATES) from None
+    preset = None
+    if args.preset is not None:
+        if args.preset not in gates_file.presets:
+            known = ", ".join(gates_file.presets) or "none defined"
+            raise UsageError(f"unknown preset {args.preset!r} in {args.gates} (presets: {known})")
+        preset = gates_file.presets[args.preset]
+    if args.target is not None and preset is not None and start_only(preset):
+        raise UsageError(
+            f"preset {args.preset!r} sets {', '.join(start_only(preset))}, which a running "
+            "server cannot change; restart the target with it, or run without --target"
+        )
+    if args.target is not None and args.server_arg:
+        raise UsageError(
+            "--server-arg configures the bundled server; it has no effect with --target"
+        )
+    if args.workers < 1:
+        raise UsageError(f"--workers must be >= 1, got {args.workers}")
+    if args.target is not None and not args.target.startswith(("http://", "https://")):
+        raise UsageError(f"--target must be an http(s) URL, got {args.target!r}")
+    return gates_file, preset

@@ -10,9 +10,11 @@ from pathlib import Path
 from rich.console import Console
 
 from gate.baseline import BaselineError, BaselineStore
-from gate.exit_codes import ExitCode
-from gate.gates_file import GatesFile, GatesFileError, load
-from gate.rundir import RunDirError, load_run
+from gate.errors import ExitCode
+from gate.gates.file import load
+from gate.gates.model import GatesFile
+from gate.gates.reader import GatesFileError
+from gate.rundir.run import RunDirError, load_run
 
 __all__ = ["register", "run"]
 

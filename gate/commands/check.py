@@ -16,18 +16,17 @@ from pathlib import Path
 from rich.console import Console
 
 from gate.commands._common import (
-    CommandStop,
     add_evaluation_arguments,
     find_gates_file,
     load_baseline,
     load_gates,
+    open_run,
     rollback_target,
 )
-from gate.evaluate import evaluate
-from gate.exit_codes import ExitCode
+from gate.errors import ExitCode, UsageError
 from gate.outputs import summary, terminal
-from gate.rundir import RunDirError, load_run
-from gate.verdicts import write_outputs
+from gate.outputs.files import write_outputs
+from gate.verdicts.evaluate import evaluate
 
 __all__ = ["register", "run"]
 
@@ -36,7 +35,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     parser = subparsers.add_parser(
         "check",
         help="re-evaluate the gates on a saved run directory",
-        description="Judge a saved run directory against a gates file; exit codes as DESIGN.md §7.",
+        description="Judge a saved run directory against a gates file; exit codes as docs/exit-codes.md.",
     )
     parser.add_argument(
         "run_dir", metavar="RUN_DIR", help="run directory (or one profile's directory)"
@@ -56,17 +55,14 @@ def run(args: argparse.Namespace) -> int:
         # An explicit gates file is read before the run: a broken one is exit 4 whatever the
         # run directory holds.
         gates_file = load_gates(args.gates) if args.gates else None
-        try:
-            run_data = load_run(args.run_dir)
-        except RunDirError as exc:
-            raise CommandStop(str(exc), ExitCode.NO_DATA) from None
+        run_data = open_run(args.run_dir)
         if gates_file is None:
             path = find_gates_file(args.gates, run_data.manifest)
             if path is None:
-                raise CommandStop("no gates file (pass --gates FILE)", ExitCode.USAGE)
+                raise UsageError("no gates file (pass --gates FILE)", ExitCode.USAGE)
             gates_file = load_gates(path)
         baseline = load_baseline(args.baseline, args.baseline_dir)
-    except CommandStop as stop:
+    except UsageError as stop:
         print(f"batchgate check: {stop}", file=sys.stderr)
         return int(stop.code)
     evaluation = evaluate(

@@ -15,11 +15,10 @@ from pathlib import Path
 
 from rich.console import Console
 
-from gate.commands._common import CommandStop, load_gates, read_saved_verdicts
+from gate.commands._common import load_gates, open_run, read_saved_verdicts
 from gate.compare import compare, render
-from gate.evaluate import evaluate
-from gate.exit_codes import ExitCode
-from gate.rundir import RunData, RunDirError, load_run
+from gate.errors import ExitCode, UsageError
+from gate.verdicts.evaluate import evaluate
 
 __all__ = ["register", "run"]
 
@@ -43,25 +42,13 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     parser.set_defaults(func=run)
 
 
-def _read(path_text: str) -> RunData:
-    path = Path(path_text)
-    if not path.exists():
-        raise CommandStop(f"{path}: no such run directory", ExitCode.USAGE)
-    if not path.is_dir():
-        raise CommandStop(f"{path}: not a directory", ExitCode.USAGE)
-    try:
-        return load_run(path)
-    except RunDirError as exc:
-        raise CommandStop(f"not a readable run: {exc}", ExitCode.NO_DATA) from None
-
-
 def run(args: argparse.Namespace) -> int:
     err = Console(stderr=True, highlight=False)
     try:
         if not 0.5 <= args.confidence < 1.0:
-            raise CommandStop("--confidence must lie in [0.5, 1)", ExitCode.USAGE)
+            raise UsageError("--confidence must lie in [0.5, 1)", ExitCode.USAGE)
         gates_file = load_gates(args.gates) if args.gates else None
-        run_a, run_b = _read(args.run_a), _read(args.run_b)
+        run_a, run_b = open_run(args.run_a), open_run(args.run_b)
         if gates_file is not None:
             verdicts_a, verdicts_b = evaluate(run_a, gates_file), evaluate(run_b, gates_file)
         else:
@@ -71,12 +58,12 @@ def run(args: argparse.Namespace) -> int:
             run_a, run_b, verdicts_a=verdicts_a, verdicts_b=verdicts_b, confidence=args.confidence
         )
         if not comparison.profiles:
-            raise CommandStop(
+            raise UsageError(
                 f"no profile in common (A: {', '.join(run_a.profiles) or 'none'}; "
                 f"B: {', '.join(run_b.profiles) or 'none'})",
                 ExitCode.NO_DATA,
             )
-    except CommandStop as stop:
+    except UsageError as stop:
         err.print(f"batchgate compare: {stop}", markup=False, soft_wrap=True)
         return int(stop.code)
     if args.json:

@@ -4,7 +4,7 @@ Gets the verdicts either by re-evaluating the saved run (with `--gates`, else th
 the manifest names, else ./gates.yaml; verdicts.json, junit.xml and summary.md are rewritten so
 they agree with the page) or, with `--saved` or when no gates file is found, from the run's
 verdicts.json; prints the terminal report, (re)writes report.html and exits like `check`
-(DESIGN.md §7). Bad input is a message and an exit code, never a traceback.
+(docs/exit-codes.md). Bad input is a message and an exit code, never a traceback.
 """
 
 from __future__ import annotations
@@ -16,20 +16,21 @@ from pathlib import Path
 from rich.console import Console
 
 from gate.commands._common import (
-    CommandStop,
     add_evaluation_arguments,
     find_gates_file,
     load_baseline,
     load_gates,
+    open_run,
     read_saved_verdicts,
     rollback_target,
 )
-from gate.evaluate import evaluate
-from gate.exit_codes import ExitCode
+from gate.errors import ExitCode, UsageError
 from gate.outputs import terminal
-from gate.report_html import ReportError, write_report
-from gate.rundir import RunData, RunDirError, load_run
-from gate.verdicts import Evaluation, write_outputs
+from gate.outputs.files import write_outputs
+from gate.outputs.html.report import ReportError, write_report
+from gate.rundir.run import RunData
+from gate.verdicts.evaluate import evaluate
+from gate.verdicts.model import Evaluation
 
 __all__ = ["register", "run"]
 
@@ -58,7 +59,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
 def _saved(run_dir: Path) -> Evaluation:
     evaluation = read_saved_verdicts(run_dir / "verdicts.json")
     if evaluation is None:
-        raise CommandStop(
+        raise UsageError(
             f"{run_dir}: no gates file to evaluate with and no verdicts.json (pass --gates FILE)",
             ExitCode.USAGE,
         )
@@ -67,7 +68,7 @@ def _saved(run_dir: Path) -> Evaluation:
 
 def _evaluation(args: argparse.Namespace, run_dir: Path, run_data: RunData) -> Evaluation:
     if args.saved and args.gates:
-        raise CommandStop("--saved and --gates exclude each other", ExitCode.USAGE)
+        raise UsageError("--saved and --gates exclude each other", ExitCode.USAGE)
     gates_path = None if args.saved else find_gates_file(args.gates, run_data.manifest)
     if gates_path is None:
         return _saved(run_dir)
@@ -79,7 +80,7 @@ def _evaluation(args: argparse.Namespace, run_dir: Path, run_data: RunData) -> E
     try:
         write_outputs(run_dir, evaluation)
     except OSError as exc:
-        raise CommandStop(f"cannot write outputs into {run_dir}: {exc}", ExitCode.USAGE) from None
+        raise UsageError(f"cannot write outputs into {run_dir}: {exc}", ExitCode.USAGE) from None
     return evaluation
 
 
@@ -87,12 +88,7 @@ def run(args: argparse.Namespace) -> int:
     err = Console(stderr=True, highlight=False)
     run_dir = Path(args.run_dir)
     try:
-        if not run_dir.is_dir():
-            raise CommandStop(f"{run_dir}: not a directory", ExitCode.USAGE)
-        try:
-            run_data = load_run(run_dir)
-        except RunDirError as exc:
-            raise CommandStop(str(exc), ExitCode.NO_DATA) from None
+        run_data = open_run(run_dir)
         evaluation = _evaluation(args, run_dir, run_data)
         target = rollback_target(args.rollback_target, run_data.manifest)
         if target:
@@ -102,8 +98,8 @@ def run(args: argparse.Namespace) -> int:
                 run_dir, evaluation, out=Path(args.out) if args.out else None, run=run_data
             )
         except ReportError as exc:
-            raise CommandStop(str(exc), ExitCode.USAGE) from None
-    except CommandStop as stop:
+            raise UsageError(str(exc), ExitCode.USAGE) from None
+    except UsageError as stop:
         err.print(f"batchgate report: {stop}", markup=False, soft_wrap=True)
         return int(stop.code)
     Console(highlight=False).print(terminal.render(evaluation))

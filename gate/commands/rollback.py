@@ -20,7 +20,7 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
-from gate.exit_codes import ExitCode
+from gate.errors import ExitCode, UsageError
 from gate.rollback import (
     BatchingNotSupported,
     RollbackError,
@@ -31,10 +31,6 @@ from gate.rollback import (
 TOKEN_ENV = "BATCHGATE_ADMIN_TOKEN"
 
 
-class _UsageError(Exception):
-    def __init__(self, message: str, code: ExitCode = ExitCode.USAGE) -> None:
-        super().__init__(message)
-        self.code = code
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
@@ -72,7 +68,7 @@ def run(args: argparse.Namespace) -> int:
             name, preset = args.to, load_preset(args.gates, args.to)
         else:
             name, preset = str(args.from_file), load_saved(args.from_file)
-    except _UsageError as exc:
+    except UsageError as exc:
         print(f"batchgate rollback: {exc}", file=sys.stderr)
         return int(exc.code)
     try:
@@ -103,19 +99,19 @@ def run(args: argparse.Namespace) -> int:
 
 def load_preset(gates_path: Path, name: str) -> dict[str, Any]:
     if not gates_path.is_file():
-        raise _UsageError(f"gates file {gates_path} not found (use --gates FILE)")
+        raise UsageError(f"gates file {gates_path} not found (use --gates FILE)")
     try:
-        from gate.gates_file import load
+        from gate.gates.file import load
     except ImportError as exc:
-        raise _UsageError(f"cannot read gates files in this build: {exc}") from exc
+        raise UsageError(f"cannot read gates files in this build: {exc}") from exc
     try:
         gates = load(gates_path)
     except Exception as exc:  # the gates file's own error names file, line and key
-        raise _UsageError(str(exc), ExitCode.INVALID_GATES) from exc
+        raise UsageError(str(exc), ExitCode.INVALID_GATES) from exc
     presets = getattr(gates, "presets", None) or {}
     if name not in presets:
         known = ", ".join(sorted(presets)) or "none defined"
-        raise _UsageError(f"unknown preset {name!r} in {gates_path} (presets: {known})")
+        raise UsageError(f"unknown preset {name!r} in {gates_path} (presets: {known})")
     return preset_settings(presets[name])
 
 
@@ -130,19 +126,19 @@ def preset_settings(preset: Any) -> dict[str, Any]:
         data = dataclasses.asdict(preset)
         data.pop("name", None)
         return data
-    raise _UsageError(f"preset has an unexpected form ({type(preset).__name__})")
+    raise UsageError(f"preset has an unexpected form ({type(preset).__name__})")
 
 
 def load_saved(path: Path) -> dict[str, Any]:
     try:
         data = json.loads(path.read_text(encoding="utf-8"))
     except FileNotFoundError as exc:
-        raise _UsageError(f"{path} not found") from exc
+        raise UsageError(f"{path} not found") from exc
     except (OSError, ValueError) as exc:
-        raise _UsageError(f"cannot read {path}: {exc}") from exc
+        raise UsageError(f"cannot read {path}: {exc}") from exc
     settings = data.get("settings") if isinstance(data, dict) else None
     if not isinstance(settings, dict) or not settings:
-        raise _UsageError(f"{path} holds no 'settings' object (was it saved by rollback?)")
+        raise UsageError(f"{path} holds no 'settings' object (was it saved by rollback?)")
     return settings
 
 

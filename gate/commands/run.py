@@ -3,7 +3,7 @@
 Owns the command line (flags map onto `gate.orchestrator.runner.RunConfig`), the checks that
 happen before anything starts (gates file: exit 4; preset, profiles, overrides, baseline:
 exit 2), printing the terminal report, the fault message and the rollback hint, and the exit
-code (DESIGN.md §7; 5 for a run cut short). The run itself is `gate.orchestrator.runner`.
+code (docs/exit-codes.md; 5 for a run cut short). The run itself is `gate.orchestrator.runner`.
 """
 
 from __future__ import annotations
@@ -12,19 +12,18 @@ import argparse
 import os
 import sys
 from pathlib import Path
-from typing import Any
 
 from rich.console import Console
 
 from gate.baseline import BaselineError, BaselineStore
-from gate.exit_codes import ExitCode
-from gate.gates_file import GatesFile, GatesFileError, load
+from gate.commands._common import add_common_arguments, load_gates_and_preset
+from gate.errors import ExitCode, UsageError
+from gate.gates.reader import GatesFileError
 from gate.orchestrator.live import LiveView
 from gate.orchestrator.plan import PlanError, choose_profiles, parse_sets, resolve_plans
-from gate.orchestrator.presets import start_only
-from gate.orchestrator.runner import RunConfig, RunResult, RunSetupError, execute, new_run_id
+from gate.orchestrator.runner import RunConfig, RunResult, execute, new_run_id
 from gate.outputs import summary, terminal
-from gate.verdicts import Status
+from gate.verdicts.model import Status
 
 __all__ = ["register", "run"]
 
@@ -79,81 +78,8 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     parser.set_defaults(func=run)
 
 
-def add_common_arguments(parser: argparse.ArgumentParser) -> None:
-    """Flags `run` and `sweep` share."""
-    parser.add_argument(
-        "--gates", type=Path, default=Path("gates.yaml"), help="gates file (default gates.yaml)"
-    )
-    parser.add_argument(
-        "--target",
-        metavar="URL",
-        help="gate a running OpenAI-compatible server instead of the bundled one",
-    )
-    parser.add_argument(
-        "--preset",
-        metavar="NAME",
-        help="batching preset from the gates file (server flags for the bundled "
-        "server; PUT /admin/batching for a --target that has it)",
-    )
-    parser.add_argument(
-        "--server-arg",
-        action="append",
-        default=[],
-        metavar="ARG",
-        help="extra flag for the bundled server (repeat; e.g. --server-arg=--max-num-seqs=32)",
-    )
-    parser.add_argument(
-        "--workers",
-        type=int,
-        default=1,
-        help="Locust worker processes of the load generator (default 1; see docs/loadgen.md)",
-    )
-    parser.add_argument(
-        "--api-key",
-        default=os.environ.get("BATCHGATE_API_KEY"),
-        help="API key for the target (default $BATCHGATE_API_KEY)",
-    )
-    parser.add_argument(
-        "--admin-token",
-        default=os.environ.get("BATCHGATE_ADMIN_TOKEN"),
-        help="admin token for /admin/* (default $BATCHGATE_ADMIN_TOKEN)",
-    )
 
 
-class UsageProblem(Exception):
-    def __init__(self, message: str, code: ExitCode = ExitCode.USAGE) -> None:
-        super().__init__(message)
-        self.code = code
-
-
-def load_gates_and_preset(
-    args: argparse.Namespace,
-) -> tuple[GatesFile, dict[str, Any] | None]:
-    """(gates file, preset or None); raises UsageProblem with exit 4 or 2."""
-    try:
-        gates_file = load(args.gates)
-    except GatesFileError as exc:
-        raise UsageProblem(str(exc), ExitCode.INVALID_GATES) from None
-    preset = None
-    if args.preset is not None:
-        if args.preset not in gates_file.presets:
-            known = ", ".join(gates_file.presets) or "none defined"
-            raise UsageProblem(f"unknown preset {args.preset!r} in {args.gates} (presets: {known})")
-        preset = gates_file.presets[args.preset]
-    if args.target is not None and preset is not None and start_only(preset):
-        raise UsageProblem(
-            f"preset {args.preset!r} sets {', '.join(start_only(preset))}, which a running "
-            "server cannot change; restart the target with it, or run without --target"
-        )
-    if args.target is not None and args.server_arg:
-        raise UsageProblem(
-            "--server-arg configures the bundled server; it has no effect with --target"
-        )
-    if args.workers < 1:
-        raise UsageProblem(f"--workers must be >= 1, got {args.workers}")
-    if args.target is not None and not args.target.startswith(("http://", "https://")):
-        raise UsageProblem(f"--target must be an http(s) URL, got {args.target!r}")
-    return gates_file, preset
 
 
 def run(args: argparse.Namespace) -> int:
@@ -167,7 +93,7 @@ def run(args: argparse.Namespace) -> int:
         baseline = None
         if args.baseline:
             baseline = BaselineStore(args.baseline_dir).load(args.baseline)
-    except UsageProblem as exc:
+    except UsageError as exc:
         err.print(f"batchgate run: {exc}", markup=False)
         return int(exc.code)
     except (PlanError, BaselineError) as exc:
@@ -196,7 +122,7 @@ def run(args: argparse.Namespace) -> int:
     )
     try:
         result = execute(config, view)
-    except RunSetupError as exc:
+    except UsageError as exc:
         err.print(f"batchgate run: {exc}", markup=False)
         return int(exc.code)
     except GatesFileError as exc:

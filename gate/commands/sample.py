@@ -11,7 +11,7 @@ import json
 import sys
 from pathlib import Path
 
-from gate.exit_codes import ExitCode
+from gate.errors import ExitCode
 from gate.observers.nvml_sampler import NvmlSampler, SamplerConfig
 from gate.observers.observer import ObserverConfigError
 

@@ -1,35 +1,30 @@
 """`batchgate sweep`: the highest offered rate at which every gate still passes (docs/run.md).
 
-Owns the capacity search: one target for the whole search (the bundled server started once
-with the preset's flags, or `--target`), a short run of one profile per rate (`rate_rps`
-override; the gates scoped to that profile plus the unscoped ones), bracketing by doubling
-from `--min-rate` up to `--max-rate`, then bisecting to `--tolerance`; a point whose verdict is
-inconclusive is repeated (`--repeats`) and counts as not passing if it stays so. Prints the knee
-and the gate that binds there, writes `sweep.json`. Exit: 0 knee found, 1 not even the minimum
+Owns the command around the capacity search (`gate.orchestrator.sweep`): its arguments, one
+target for the whole search (the bundled server started once with the preset's flags, or
+`--target`), printing the knee and the gate that binds there, and writing `sweep.json`. Exit: 0 knee found, 1 not even the minimum
 rate passes, 2 usage, 4 invalid gates file, 5 the target died or the run was interrupted.
 """
 
 from __future__ import annotations
 
 import argparse
-import dataclasses
 import json
 from pathlib import Path
-from typing import Any
 
 from rich.console import Console
 from rich.table import Table
 
-from gate.commands.run import UsageProblem, add_common_arguments, load_gates_and_preset
-from gate.exit_codes import ExitCode
-from gate.gates_file import GatesFileError
+from gate.commands._common import add_common_arguments, load_gates_and_preset
+from gate.errors import ExitCode, UsageError
+from gate.gates.reader import GatesFileError
 from gate.orchestrator.live import LiveView
 from gate.orchestrator.plan import PlanError, parse_sets, resolve_plans
 from gate.orchestrator.presets import server_flags
 from gate.orchestrator.processes import ProcessError
-from gate.orchestrator.runner import RunConfig, RunResult, RunSetupError, execute, new_run_id
+from gate.orchestrator.runner import RunConfig, new_run_id
 from gate.orchestrator.server import BundledServer, ServerOptions, start_bundled_server
-from gate.verdicts import Status
+from gate.orchestrator.sweep import Point, Search, SearchSpec, SweepFault
 
 __all__ = ["register", "run"]
 
@@ -79,116 +74,11 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     parser.set_defaults(func=run)
 
 
-@dataclasses.dataclass(frozen=True, kw_only=True)
-class Point:
-    rate_rps: float
-    outcome: str  # pass | fail | inconclusive | no_data
-    exit_code: int
-    run_dir: str
-    failed: tuple[str, ...]  # gate ids that failed (or were not conclusive)
-    tightest: str | None  # passing gate with the smallest relative margin
-
-    def to_dict(self) -> dict[str, Any]:
-        return dataclasses.asdict(self)
-
-
-def _outcome(result: RunResult) -> Point:
-    ev = result.evaluation
-    code = int(result.exit_code)
-    outcome = {0: "pass", 1: "fail", 3: "inconclusive"}.get(code, "no_data")
-    failed: tuple[str, ...] = ()
-    tightest = None
-    if ev is not None:
-        failed = tuple(
-            v.id
-            for v in ev.verdicts
-            if v.blocking and v.status in (Status.FAIL, Status.INCONCLUSIVE, Status.NO_DATA)
-        )
-        margins = [
-            (abs(v.margin / v.threshold_value), v.id)
-            for v in ev.verdicts
-            if v.blocking and v.status is Status.PASS and v.margin is not None and v.threshold_value
-        ]
-        tightest = min(margins)[1] if margins else None
-    return Point(
-        rate_rps=0.0,
-        outcome=outcome,
-        exit_code=code,
-        run_dir=str(result.run_dir),
-        failed=failed,
-        tightest=tightest,
-    )
-
-
-class _Search:
-    def __init__(
-        self, args: argparse.Namespace, base: RunConfig, sweep_dir: Path, view: LiveView
-    ) -> None:
-        self.args, self.base, self.sweep_dir, self.view = args, base, sweep_dir, view
-        self.points: list[Point] = []
-
-    def measure(self, rate: float) -> Point:
-        extra = parse_sets(self.args.set)
-        extra.setdefault(self.args.profile, {})["rate_rps"] = rate
-        plans = resolve_plans(
-            [self.args.profile], self.base.gates_file, scale=self.args.scale, extra_overrides=extra
-        )
-        point = None
-        for attempt in range(1 + max(self.args.repeats, 0)):
-            config = dataclasses.replace(
-                self.base,
-                plans=tuple(plans),
-                run_dir=self.sweep_dir / (f"rate-{rate:g}" + (f"-{attempt}" if attempt else "")),
-            )
-            result = execute(config, self.view)
-            point = dataclasses.replace(_outcome(result), rate_rps=rate)
-            self.points.append(point)
-            self.view.message(
-                f"batchgate sweep: {rate:g} req/s -> {point.outcome}"
-                + (f" ({', '.join(point.failed)})" if point.failed else "")
-            )
-            if result.fault is not None:
-                raise _Fault(result.fault.message)
-            if point.outcome != "inconclusive":
-                break
-        assert point is not None
-        return point
-
-    def search(self) -> tuple[float | None, float | None]:
-        """(highest passing rate, lowest failing rate above it)."""
-        a = self.args
-        lo: float | None = None
-        hi: float | None = None
-        rate = a.min_rate
-        while len(self.points) < a.max_points:
-            if self.measure(rate).outcome == "pass":
-                lo = rate
-                if rate >= a.max_rate:
-                    return lo, None
-                rate = min(rate * 2.0, a.max_rate)
-            else:
-                hi = rate
-                break
-        if lo is None or hi is None:
-            return lo, hi
-        while hi / lo - 1.0 > a.tolerance and len(self.points) < a.max_points:
-            mid = (lo + hi) / 2.0
-            if self.measure(mid).outcome == "pass":
-                lo = mid
-            else:
-                hi = mid
-        return lo, hi
-
-
-class _Fault(Exception):
-    pass
-
-
 def _validate(args: argparse.Namespace) -> None:
     if not 0 < args.min_rate <= args.max_rate:
-        raise UsageProblem("need 0 < --min-rate <= --max-rate")
+        raise UsageError("need 0 < --min-rate <= --max-rate")
     if args.tolerance <= 0 or args.max_points < 1 or args.repeats < 0:
-        raise UsageProblem("--tolerance must be > 0, --max-points >= 1, --repeats >= 0")
+        raise UsageError("--tolerance must be > 0, --max-points >= 1, --repeats >= 0")
 
 
 def run(args: argparse.Namespace) -> int:
@@ -200,7 +90,7 @@ def run(args: argparse.Namespace) -> int:
         first_plans = resolve_plans(
             [args.profile], gates_file, scale=args.scale, extra_overrides=parse_sets(args.set)
         )
-    except UsageProblem as exc:
+    except UsageError as exc:
         err.print(f"batchgate sweep: {exc}", markup=False)
         return int(exc.code)
     except PlanError as exc:
@@ -241,14 +131,24 @@ def run(args: argparse.Namespace) -> int:
             load_workers=args.workers,
             write_report=False,
         )
-        search = _Search(args, base, sweep_dir, view)
+        spec = SearchSpec(
+            profile=args.profile,
+            scale=args.scale,
+            overrides=parse_sets(args.set),
+            min_rate=args.min_rate,
+            max_rate=args.max_rate,
+            tolerance=args.tolerance,
+            repeats=args.repeats,
+            max_points=args.max_points,
+        )
+        search = Search(spec, base, sweep_dir, view)
         try:
             lo, hi = search.search()
-        except (RunSetupError, GatesFileError) as exc:
+        except (UsageError, GatesFileError) as exc:
             err.print(f"batchgate sweep: {exc}", markup=False)
-            code = exc.code if isinstance(exc, RunSetupError) else ExitCode.INVALID_GATES
+            code = exc.code if isinstance(exc, UsageError) else ExitCode.INVALID_GATES
             return int(code)
-        except _Fault as exc:
+        except SweepFault as exc:
             err.print(f"batchgate sweep: {exc}", markup=False)
             _write(sweep_dir, args, search.points, None, None, ended=str(exc))
             return int(ExitCode.NO_DATA)

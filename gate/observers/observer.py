@@ -19,6 +19,8 @@ from typing import IO, Any, TypeVar
 import httpx
 import orjson
 
+from gate.errors import BatchgateError, ExitCode
+
 __all__ = [
     "HttpPollingObserver",
     "JsonlWriter",
@@ -34,8 +36,10 @@ __all__ = [
 DEFAULT_JOIN_TIMEOUT_SECONDS = 5.0
 
 
-class ObserverConfigError(ValueError):
+class ObserverConfigError(BatchgateError, ValueError):
     """An observer was configured with a bad or unknown value."""
+
+    default_exit_code = ExitCode.USAGE
 
 
 C = TypeVar("C")

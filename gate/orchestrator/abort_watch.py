@@ -15,10 +15,10 @@ import dataclasses
 import time
 from pathlib import Path
 
-from gate.abort_record import AbortRecord
-from gate.evaluate import IncrementalEvaluator
-from gate.gates_file import GatesFile
-from gate.rundir import RunData, RunDirError, complete_lines, profile_prefix
+from gate.gates.model import GatesFile
+from gate.rundir.abort import AbortRecord
+from gate.rundir.run import RunData, RunDirError, complete_lines, profile_prefix
+from gate.verdicts.evaluate import IncrementalEvaluator
 
 __all__ = ["AbortWatch"]
 

@@ -2,7 +2,7 @@
 
 Owns the `RunFault` values a run can end with (the target died, the load process crashed, the
 user or CI interrupted it), the exit code they give (5: the measurement did not complete, so
-nothing may pass; DESIGN.md §7), and a context manager that makes SIGTERM behave like Ctrl-C
+nothing may pass; docs/exit-codes.md), and a context manager that makes SIGTERM behave like Ctrl-C
 in the main thread, so one `finally` path stops every child. It does not stop anything itself.
 """
 
@@ -15,7 +15,7 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 from types import FrameType
 
-from gate.exit_codes import ExitCode
+from gate.errors import ExitCode
 
 __all__ = ["FAULT_EXIT_CODE", "RunFault", "Terminated", "terminate_as_exception"]
 

@@ -15,7 +15,8 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from gate.gates_file import GatesFile
+from gate.errors import BatchgateError, ExitCode
+from gate.gates.model import GatesFile
 from gate.orchestrator.processes import python_argv
 
 __all__ = ["DEFAULT_PROFILES", "PlanError", "ProfilePlan", "choose_profiles", "resolve_plans"]
@@ -24,8 +25,10 @@ DEFAULT_PROFILES = ("night_trickle", "burst", "mixed_lengths", "priority_mix")
 _DURATION_KEYS = ("main_seconds", "baseline_seconds", "spike_seconds", "recovery_seconds")
 
 
-class PlanError(ValueError):
+class PlanError(BatchgateError, ValueError):
     """A profile list or override that cannot run (a usage error, exit 2)."""
+
+    default_exit_code = ExitCode.USAGE
 
 
 @dataclass(frozen=True, kw_only=True)

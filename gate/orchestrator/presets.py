@@ -3,7 +3,7 @@
 Owns the split of preset keys into start-only engine settings (`kv_cache_memory_bytes`: the KV
 pool is sized once, so it can only be a `--kv-cache-memory-bytes` flag) and live batching
 settings (everything `PUT /admin/batching` accepts), and the spelling of each as a
-`python -m reference_server` flag. Preset values were validated by `gate.gates_file`; this
+`python -m reference_server` flag. Preset values were validated by `gate.gates.file`; this
 module does not re-check ranges (the server refuses bad values with a message naming the flag).
 """
 
@@ -12,6 +12,8 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
+from gate.errors import BatchgateError, ExitCode
+
 __all__ = ["START_ONLY_KEYS", "PresetError", "live_settings", "server_flags", "start_only"]
 
 # Preset keys the server reads once at start; PUT /admin/batching refuses them.
@@ -19,8 +21,10 @@ START_ONLY_KEYS = ("kv_cache_memory_bytes",)
 _CLASSES = ("interactive", "batch")
 
 
-class PresetError(ValueError):
+class PresetError(BatchgateError, ValueError):
     """A preset that cannot be applied the way the run needs it (message says why)."""
+
+    default_exit_code = ExitCode.USAGE
 
 
 def _flag(name: str) -> str:

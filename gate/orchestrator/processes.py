@@ -3,7 +3,7 @@
 Owns starting a command in a new process group (so a stop reaches its children too: Locust
 workers, uvicorn), stopping it (a polite signal, a bounded wait, then SIGKILL to the whole
 group), reading a `--port-file`, and waiting for `/health` by polling with a deadline. It never
-imports `reference_server` or `loadgen` (DESIGN.md §3): they are started as `python -m ...`.
+imports `reference_server` or `loadgen` (docs/architecture.md): they are started as `python -m ...`.
 It does not know what the processes are for; `gate.orchestrator.session` decides that.
 """
 
@@ -22,6 +22,8 @@ from typing import IO
 
 import httpx
 
+from gate.errors import BatchgateError, ExitCode
+
 __all__ = [
     "ChildProcess",
     "ProcessError",
@@ -38,8 +40,10 @@ __all__ = [
 POLL_SECONDS = 0.1
 
 
-class ProcessError(RuntimeError):
+class ProcessError(BatchgateError, RuntimeError):
     """A child process could not be started or stopped."""
+
+    default_exit_code = ExitCode.NO_DATA
 
 
 class ServerStartError(ProcessError):

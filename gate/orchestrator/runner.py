@@ -1,6 +1,6 @@
 """A whole run: target up, one session per profile, target down, evaluation and every output.
 
-Owns the order of a run (DESIGN.md §2): start the bundled server with the preset's flags (or
+Owns the order of a run (docs/architecture.md): start the bundled server with the preset's flags (or
 apply the preset live to a `--target`), look at the target once (model, batching, histogram
 buckets: `validate_against_buckets`), write `manifest.json`, run each profile's session, stop
 every child on every path (Ctrl-C and SIGTERM included; a second Ctrl-C during cleanup is
@@ -22,10 +22,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from gate.abort_record import AbortRecord
-from gate.evaluate import evaluate
-from gate.exit_codes import ExitCode
-from gate.gates_file import GatesFile, validate_against_buckets
+from gate.errors import ExitCode, UsageError
+from gate.gates.file import validate_against_buckets
+from gate.gates.model import GatesFile
 from gate.orchestrator.faults import FAULT_EXIT_CODE, RunFault, Terminated, terminate_as_exception
 from gate.orchestrator.live import LiveView
 from gate.orchestrator.manifest import Manifest
@@ -36,18 +35,15 @@ from gate.orchestrator.server import BundledServer, ServerOptions, start_bundled
 from gate.orchestrator.session import ProfileSession, SessionSettings
 from gate.orchestrator.suite import Suite, select_suite
 from gate.orchestrator.target import TargetClient, TargetError, TargetInfo
-from gate.rundir import RunDirError, load_run
-from gate.verdicts import Evaluation, write_outputs
+from gate.outputs.files import write_outputs
+from gate.rundir.abort import AbortRecord
+from gate.rundir.run import RunDirError, load_run
+from gate.verdicts.evaluate import evaluate
+from gate.verdicts.model import Evaluation
 
-__all__ = ["RunConfig", "RunResult", "RunSetupError", "execute", "new_run_id"]
+__all__ = ["RunConfig", "RunResult", "execute", "new_run_id"]
 
 
-class RunSetupError(RuntimeError):
-    """The run could not start measuring; `code` is the exit code (2, 4 or 5)."""
-
-    def __init__(self, message: str, code: ExitCode) -> None:
-        super().__init__(message)
-        self.code = code
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -135,7 +131,7 @@ class _Run:
             try:
                 self.server = start_bundled_server(c.run_dir, options)
             except ProcessError as exc:
-                raise RunSetupError(
+                raise UsageError(
                     f"the bundled server did not start: {exc}", ExitCode.NO_DATA
                 ) from exc
             self.children.append(self.server.child)
@@ -148,7 +144,7 @@ class _Run:
         try:
             self.info = self.client.info()
         except TargetError as exc:
-            raise RunSetupError(f"target not usable: {exc}", ExitCode.NO_DATA) from exc
+            raise UsageError(f"target not usable: {exc}", ExitCode.NO_DATA) from exc
         # Raises GatesFileError (exit 4) before any load when a histogram cannot resolve a gate.
         validate_against_buckets(self.suite.gates_file, _bucket_bounds(self.info))
         self.manifest.target = self.info.to_manifest()
@@ -161,7 +157,7 @@ class _Run:
         assert c.preset is not None
         fixed = start_only(c.preset)
         if fixed:
-            raise RunSetupError(
+            raise UsageError(
                 f"preset {c.preset_name!r} sets {', '.join(fixed)}, which a running server "
                 "cannot change; restart the target with it, or run without --target",
                 ExitCode.USAGE,
@@ -169,7 +165,7 @@ class _Run:
         try:
             apply_preset(url, live_settings(c.preset), admin_token=c.admin_token)
         except RollbackError as exc:
-            raise RunSetupError(
+            raise UsageError(
                 f"cannot apply preset {c.preset_name!r}: {exc}", ExitCode.USAGE
             ) from exc
         self.view.message(f"batchgate: applied preset {c.preset_name!r} to {url}")
@@ -248,7 +244,7 @@ def _main_thread() -> bool:
 
 
 def execute(config: RunConfig, view: LiveView) -> RunResult:
-    """Run everything; raises RunSetupError (or GatesFileError) when it could not start."""
+    """Run everything; raises UsageError (or GatesFileError) when it could not start."""
     suite = select_suite(
         config.gates_file, config.gates_text, [p.name for p in config.plans], config.run_dir
     )
@@ -345,9 +341,9 @@ def _judge(config: RunConfig, run: _Run, fault: RunFault | None) -> RunResult:
 
 def _report(run_dir: Path, evaluation: Evaluation, data: Any) -> Sequence[str]:
     try:
-        from gate.report_html import write_report
+        from gate.outputs.html.report import write_report
     except ImportError:
-        return ("report.html skipped: gate.report_html is not available in this build",)
+        return ("report.html skipped: gate.outputs.html.report is not available in this build",)
     try:
         write_report(run_dir, evaluation, run=data)
     except Exception as exc:  # the report is a convenience: its failure must not hide verdicts

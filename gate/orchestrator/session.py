@@ -1,6 +1,6 @@
 """One profile of a run: observers up, load process, watch for faults, drain, observers down.
 
-Owns the per-profile sequence of DESIGN.md §2 — a `start` scrape, the sampler / scraper / step
+Owns the per-profile sequence of docs/architecture.md — a `start` scrape, the sampler / scraper / step
 fetcher threads, `python -m loadgen` as a child process (never locust in this process), the
 watch loop (load finished? target alive? live view), the `end` scrape, the bounded wait until
 the target has nothing in flight, the `drain` scrape (the KV-leak check) — and the outcome:
@@ -19,23 +19,18 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from gate.abort_record import AbortRecord, write_abort
-from gate.gates_file import GatesFile
-from gate.observers import (
-    NvmlSampler,
-    PromScraper,
-    SamplerConfig,
-    ScraperConfig,
-    StepFetcher,
-    StepFetcherConfig,
-)
+from gate.gates.model import GatesFile
+from gate.observers.nvml_sampler import NvmlSampler, SamplerConfig
 from gate.observers.observer import PeriodicObserver
+from gate.observers.prom_scraper import PromScraper, ScraperConfig
+from gate.observers.step_fetcher import StepFetcher, StepFetcherConfig
 from gate.orchestrator.abort_watch import AbortWatch
 from gate.orchestrator.faults import RunFault
 from gate.orchestrator.live import LiveView
 from gate.orchestrator.plan import ProfilePlan
 from gate.orchestrator.processes import ChildProcess, python_argv, start_child
 from gate.orchestrator.target import TargetClient
+from gate.rundir.abort import AbortRecord, write_abort
 
 __all__ = ["ProfileOutcome", "ProfileSession", "SessionSettings"]
 

@@ -16,7 +16,8 @@ from pathlib import Path
 
 import yaml
 
-from gate.gates_file import Gate, GatesFile, loads
+from gate.gates.file import loads
+from gate.gates.model import Gate, GatesFile
 
 __all__ = ["Suite", "select_suite"]
 

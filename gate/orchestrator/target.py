@@ -16,13 +16,17 @@ from typing import Any
 
 import httpx
 
-from gate.observers import detect_server_kind, map_metrics, parse_exposition
+from gate.errors import BatchgateError, ExitCode
+from gate.observers.namemaps import detect_server_kind, map_metrics
+from gate.observers.prom_scraper import parse_exposition
 
 __all__ = ["TargetClient", "TargetError", "TargetInfo", "settings_hash"]
 
 
-class TargetError(RuntimeError):
+class TargetError(BatchgateError, RuntimeError):
     """The target could not be reached or answered nonsense (message says which URL, why)."""
+
+    default_exit_code = ExitCode.NO_DATA
 
 
 def settings_hash(settings: dict[str, Any] | None) -> str | None:

@@ -1,9 +1,6 @@
-"""What CI and people read: JUnit XML, the Markdown summary with annotations, the terminal report.
+"""Stage 5 of the gate: an `Evaluation` becomes what CI and people read.
 
-Each module renders an `Evaluation`; none of them decides anything.
+`files` writes verdicts.json, junit.xml, summary.md (and the GitHub step summary); `junit`,
+`summary`, `terminal` render; `text` holds the shared phrasing; `html/` builds report.html.
+None of them decides anything.
 """
-
-from gate.outputs import junit, summary, terminal
-from gate.outputs.text import describe, format_interval, format_verdict_value
-
-__all__ = ["describe", "format_interval", "format_verdict_value", "junit", "summary", "terminal"]

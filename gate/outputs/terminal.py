@@ -18,7 +18,7 @@ from gate.outputs.text import (
     format_verdict_value,
     rollback_line,
 )
-from gate.verdicts import Evaluation, Status
+from gate.verdicts.model import Evaluation, Status
 
 __all__ = ["render"]
 

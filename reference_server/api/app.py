@@ -1,7 +1,7 @@
 """The Starlette application: routes, body limits, auth and error rendering in one place.
 
 Owns `ServerState` (engine handle, configs, metrics, embeddings batcher, drain flag, in-flight
-count) and `build_app`, which wires every endpoint of DESIGN.md §6. Handlers stay thin: parsing
+count) and `build_app`, which wires every endpoint of docs/server.md. Handlers stay thin: parsing
 lives in protocol.py, completion serving in generation.py, admin in admin.py. Every error any
 handler raises is rendered as OpenAI's error JSON; nothing a client sends produces a 500. It
 knows nothing about sockets, signals or process lifetime (serve.py).

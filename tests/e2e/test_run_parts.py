@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 from e2e_support import GATES, processes_mentioning
 
-from gate.gates_file import load
+from gate.gates.file import load
 from gate.orchestrator.live import LiveView, RecordTail
 from gate.orchestrator.presets import live_settings, server_flags, start_only
 from gate.orchestrator.processes import start_child

@@ -61,7 +61,7 @@ def test_smoke_run_writes_every_artifact(smoke_run: Finished) -> None:
 
 
 def test_smoke_run_writes_the_html_report_when_the_renderer_exists(smoke_run: Finished) -> None:
-    pytest.importorskip("gate.report_html")
+    pytest.importorskip("gate.outputs.html.report")
     html = (smoke_run.run_dir / "report.html").read_text(encoding="utf-8")
     assert html.startswith("<!DOCTYPE html>") and "priority_mix" in html
 

@@ -11,14 +11,14 @@ import numpy as np
 import pytest
 from gatecore_synth import load_json, request_records, write_jsonl, write_manifest
 
-from gate.abort_record import SNAPSHOT_FILES, AbortRecord, read_abort, write_abort
-from gate.evaluate import evaluate
-from gate.exit_codes import ExitCode
-from gate.gates_file import loads
+from gate.errors import ExitCode
+from gate.gates.file import loads
 from gate.orchestrator.abort_watch import AbortWatch
-from gate.records import read_requests
-from gate.rundir import RunDirError, load_run, profile_prefix
-from gate.verdicts import Status
+from gate.rundir.abort import SNAPSHOT_FILES, AbortRecord, read_abort, write_abort
+from gate.rundir.requests import read_requests
+from gate.rundir.run import RunDirError, load_run, profile_prefix
+from gate.verdicts.evaluate import evaluate
+from gate.verdicts.model import Status
 
 ABORT_GATES = """\
 version: 1

@@ -5,11 +5,11 @@ import pytest
 from gatecore_synth import request_records, write_manifest, write_profile
 
 from gate.baseline import BaselineError, BaselineStore
-from gate.evaluate import evaluate
-from gate.exit_codes import ExitCode
-from gate.gates_file import loads
-from gate.rundir import load_run
-from gate.verdicts import Status
+from gate.errors import ExitCode
+from gate.gates.file import loads
+from gate.rundir.run import load_run
+from gate.verdicts.evaluate import evaluate
+from gate.verdicts.model import Status
 
 GATES = loads(
     "version: 1\ngates:\n  - name: e2e_reg\n    metric: e2e\n    statistic: p90\n"

@@ -68,13 +68,28 @@ def test_inconclusive_flag_overrides_the_policy(tmp_path):
     )
 
 
-def test_dead_target_and_missing_run_dir_exit_5(tmp_path, capsys):
+def test_dead_target_exits_5(tmp_path):
     gates = write_gates(tmp_path / "gates.yaml", GATES)
     run = _run_dir(tmp_path, 0.1)
     write_manifest(run, ["steady"], ended="target_died")
     assert main(["check", str(run), "--gates", str(gates), "--no-write"]) == 5
-    assert main(["check", str(tmp_path / "nope"), "--gates", str(gates)]) == 5
-    assert "not a directory" in capsys.readouterr().err
+
+
+def test_a_missing_run_dir_is_the_same_usage_error_for_check_report_and_compare(tmp_path, capsys):
+    gates = write_gates(tmp_path / "gates.yaml", GATES)
+    run = _run_dir(tmp_path, 0.1)
+    missing = str(tmp_path / "nope")
+    assert main(["check", missing, "--gates", str(gates)]) == 2
+    assert "nope: no such run directory" in capsys.readouterr().err
+    assert main(["report", missing]) == 2
+    assert "nope: no such run directory" in capsys.readouterr().err
+    assert main(["compare", missing, str(run)]) == 2
+    assert "nope: no such run directory" in capsys.readouterr().err
+    a_file = tmp_path / "file.txt"
+    a_file.write_text("x")
+    for argv in (["check", str(a_file), "--gates", str(gates)], ["report", str(a_file)]):
+        assert main(argv) == 2
+        assert "not a directory" in capsys.readouterr().err
 
 
 def test_github_annotations_under_actions(tmp_path, capsys, monkeypatch):

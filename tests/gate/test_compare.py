@@ -12,9 +12,9 @@ from rundir_factory import GATES_YAML, make_run
 
 from gate import compare as compare_mod
 from gate.cli import main
-from gate.evaluate import evaluate
-from gate.gates_file import loads
-from gate.rundir import load_run
+from gate.gates.file import loads
+from gate.rundir.run import load_run
+from gate.verdicts.evaluate import evaluate
 
 
 @pytest.fixture(scope="module")

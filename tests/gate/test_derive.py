@@ -4,9 +4,10 @@ import numpy as np
 import pytest
 from gatecore_synth import WALL0, request_records, step_records, write_profile
 
-from gate.derive import Events, Histogram, NoData, Samples, Scalar, Series, measure
-from gate.gates_file import Scope, Settings, Slos
-from gate.rundir import load_run
+from gate.gates.model import Scope, Settings, Slos
+from gate.metrics.derive import measure
+from gate.metrics.measurements import Events, Histogram, NoData, Samples, Scalar, Series
+from gate.rundir.run import load_run
 
 
 def _measure(tmp_path, metric, statistic="p99", scope=Scope(), slos=Slos(), **kwargs):

@@ -6,13 +6,14 @@ import numpy as np
 import pytest
 from gatecore_synth import request_records, write_manifest, write_profile
 
-from gate.derive import Samples
-from gate.evaluate import IncrementalEvaluator, assess, evaluate
-from gate.exit_codes import ExitCode
-from gate.gates_file import loads
-from gate.rundir import load_run
+from gate.errors import ExitCode
+from gate.gates.file import loads
+from gate.metrics.measurements import Samples
+from gate.rundir.run import load_run
 from gate.units import UnitKind, parse_threshold
-from gate.verdicts import Status
+from gate.verdicts.assess import assess
+from gate.verdicts.evaluate import IncrementalEvaluator, evaluate
+from gate.verdicts.model import Status
 
 
 def _gates(body: str, settings: str = "") -> object:
@@ -218,7 +219,7 @@ def test_no_gates_is_not_a_pass(tmp_path):
 
 
 def test_neighbouring_sample_gates_on_one_scope_share_one_measurement(tmp_path, monkeypatch):
-    from gate import derive
+    from gate.metrics import derive
 
     run = _run(tmp_path, np.random.default_rng(3).exponential(0.1, 1000))
     calls = []

@@ -1,6 +1,7 @@
 import pytest
 
-from gate.gates_file import GatesFileError, loads, validate_against_buckets
+from gate.gates.file import loads, validate_against_buckets
+from gate.gates.reader import GatesFileError
 from gate.units import UnitKind
 
 GOOD = """\

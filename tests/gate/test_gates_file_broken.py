@@ -8,7 +8,8 @@ from pathlib import Path
 import pytest
 
 from gate.cli import main
-from gate.gates_file import GatesFileError, load
+from gate.gates.file import load
+from gate.gates.reader import GatesFileError
 
 CORPUS = sorted((Path(__file__).parent / "broken_gates").glob("*.yaml"))
 

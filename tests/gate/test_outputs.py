@@ -7,9 +7,10 @@ from pathlib import Path
 
 from rich.console import Console
 
-from gate.exit_codes import ExitCode
+from gate.errors import ExitCode
 from gate.outputs import junit, summary, terminal
-from gate.verdicts import Evaluation, Status, Verdict, read_verdicts, write_outputs
+from gate.outputs.files import read_verdicts, write_outputs
+from gate.verdicts.model import Evaluation, Status, Verdict
 
 
 def _verdict(gate, status, **kwargs):

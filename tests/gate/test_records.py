@@ -3,7 +3,7 @@ import orjson
 import pytest
 from gatecore_synth import request_records, write_jsonl
 
-from gate.records import RecordsError, read_requests
+from gate.rundir.requests import RecordsError, read_requests
 
 
 def test_columns_hold_times_nulls_and_categories(tmp_path):
@@ -57,19 +57,6 @@ def test_a_missing_field_names_its_line(tmp_path):
 def test_empty_file_reads_as_no_requests(tmp_path):
     (tmp_path / "r.jsonl").write_bytes(b"")
     assert read_requests(tmp_path / "r.jsonl").n == 0
-
-
-def test_column_cache_is_reused_while_the_file_is_unchanged_and_rebuilt_after(tmp_path):
-    path = tmp_path / "r.jsonl"
-    write_jsonl(path, request_records(4))
-    first = read_requests(path, cache=True)
-    assert (tmp_path / ".r.jsonl.columns" / "meta.json").exists()
-    again = read_requests(path, cache=True)
-    assert isinstance(again.planned_at, np.memmap)  # served from the cache
-    assert again.planned_at.tolist() == first.planned_at.tolist()
-    assert again.status.names == first.status.names
-    write_jsonl(path, request_records(6))  # changed file: parsed afresh
-    assert read_requests(path, cache=True).n == 6
 
 
 def test_a_line_that_is_json_but_not_an_object_names_its_line(tmp_path):

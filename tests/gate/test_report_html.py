@@ -11,14 +11,16 @@ import numpy as np
 import pytest
 from rundir_factory import GATES_YAML, make_run
 
-from gate import derive
-from gate.evaluate import evaluate, point_value
-from gate.gates_file import Scope, Settings, Slos, loads
-from gate.report.series import profile_figures, time_axis
-from gate.report.slices import clip_profile
-from gate.report_html import REPORT_FILE, ReportError, write_report
-from gate.rundir import load_run
-from gate.verdicts import write_outputs
+from gate.gates.file import loads
+from gate.gates.model import Scope, Settings, Slos
+from gate.metrics import derive, measurements
+from gate.outputs.files import write_outputs
+from gate.outputs.html.report import REPORT_FILE, ReportError, write_report
+from gate.outputs.html.series import profile_figures, time_axis
+from gate.outputs.html.slices import clip_profile
+from gate.rundir.run import load_run
+from gate.verdicts.assess import point_value
+from gate.verdicts.evaluate import evaluate
 
 FIGURES_PER_PROFILE = 9
 _FIGURE_RE = re.compile(
@@ -139,7 +141,7 @@ def test_cdf_p99_labels_and_rate_counts_agree_with_derive(complete_run: Path) ->
     samples = derive.measure(
         profile, "ttft", "p99", Scope(), slos=Slos(), settings=Settings(), warmup_seconds=None
     )
-    assert isinstance(samples, derive.Samples)
+    assert isinstance(samples, measurements.Samples)
     all_line = _figure(profile, "ttft-cdf").lines[0]
     assert all_line.label.startswith(f"all (n={len(samples.values)},")
     assert all_line.x[-1] == pytest.approx(samples.values.max())
@@ -180,7 +182,7 @@ def test_unreadable_run_directory_is_a_report_error(tmp_path: Path) -> None:
 
 
 def test_svg_breaks_lines_at_gaps_escapes_text_and_keeps_flat_lines_visible() -> None:
-    from gate.report.svg import Band, Chart, Line, render_chart
+    from gate.outputs.html.svg import Band, Chart, Line, render_chart
 
     chart = Chart(
         x_label="t <s>",

@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 from rundir_factory import make_run
 
-from gate.report_html import write_report
+from gate.outputs.html.report import write_report
 
 _CANDIDATES = ("/usr/bin/chromium", "chromium", "chromium-browser", "google-chrome")
 

@@ -53,7 +53,7 @@ def test_report_saved_reuses_verdicts_json(
 @pytest.mark.parametrize(
     ("make_args", "code", "message"),
     [
-        (lambda d, g: ["report", str(d / "nope")], 2, "not a directory"),
+        (lambda d, g: ["report", str(d / "nope")], 2, "no such run directory"),
         (lambda d, g: ["report", str(d.parent)], 5, "no profile directories"),
         (lambda d, g: ["report", str(d), "--saved", "--gates", str(g)], 2, "exclude each other"),
     ],

@@ -10,7 +10,7 @@ import orjson
 import pytest
 from rundir_factory import make_run
 
-from gate.report_html import write_report
+from gate.outputs.html.report import write_report
 
 _STATE_RE = re.compile(r'data-figure="([^"]+)" data-state="([^"]+)"')
 _NODATA_RE = re.compile(r'<div class="nodata">no data: ([^<]+)</div>')
@@ -78,7 +78,7 @@ def test_partial_last_line_is_reported_as_a_note(tmp_path: Path) -> None:
 
 @pytest.mark.parametrize("broken", ["verdicts", "load"])
 def test_corrupt_files_do_not_raise_tracebacks(tmp_path: Path, broken: str) -> None:
-    from gate.report_html import ReportError
+    from gate.outputs.html.report import ReportError
 
     run_dir = make_run(tmp_path / "run", profiles=("steady",))
     if broken == "verdicts":

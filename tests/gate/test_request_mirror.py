@@ -11,8 +11,8 @@ from pathlib import Path
 import numpy as np
 import orjson
 
-from gate.records import read_requests
-from gate.request_mirror import read_mirror
+from gate.rundir.columns import read_mirror
+from gate.rundir.requests import read_requests
 
 FLOATS = (
     "planned_at",

@@ -249,7 +249,8 @@ def test_a_null_dispatch_threshold_maps_to_no_preferred_batch_size_on_triton():
 def test_presets_accept_null_dispatch_threshold_and_refuse_zero(tmp_path):
     import pytest
 
-    from gate.gates_file import GatesFileError, load
+    from gate.gates.file import load
+    from gate.gates.reader import GatesFileError
 
     good = tmp_path / "good.yaml"
     good.write_text(

@@ -2,9 +2,9 @@
 
 Owns turning a gate into a Verdict per profile: which profiles a gate covers, fail-closed
 handling (no data, profile missing, dead target, invalid measurement never pass), measuring the
-gate's scope through `gate.derive`, ratio-between-scopes gates (Bonferroni-split bounds) and
+gate's scope through `gate.metrics.derive`, ratio-between-scopes gates (Bonferroni-split bounds) and
 baseline-regression gates (limits from the stored value). It knows a baseline only through
-`value(key)` and `mismatches(provenance, fields)`; the per-statistic rules are `gate.assess`.
+`value(key)` and `mismatches(provenance, fields)`; the per-statistic rules are `gate.verdicts.assess`.
 """
 
 from __future__ import annotations
@@ -16,14 +16,15 @@ from typing import Any, Protocol
 
 import numpy as np
 
-from gate import derive, glossary
-from gate.assess import Assessment, assess, bounds_judgement, combine, point_value
-from gate.gates_file import Gate, GatesFile, Scope
-from gate.measurements import Measurement, NoData, Samples, Series
-from gate.rundir import ProfileData, RunData, provenance
+from gate import glossary
+from gate.gates.model import Gate, GatesFile, Scope
+from gate.metrics import derive
+from gate.metrics.measurements import Measurement, NoData, Samples, Series
+from gate.rundir.run import ProfileData, RunData, provenance
 from gate.stats import Bounds, mean_bounds, quantile_with_bounds
 from gate.units import Threshold, UnitKind
-from gate.verdicts import Status, Verdict
+from gate.verdicts.assess import Assessment, assess, bounds_judgement, combine, point_value
+from gate.verdicts.model import Status, Verdict
 
 __all__ = ["BaselineLike", "measure_key", "verdicts_for"]
 

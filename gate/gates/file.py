@@ -5,9 +5,9 @@ problem (YAML syntax, unknown keys, unknown metrics, a statistic that does not f
 without a needed unit, a rollback naming no preset) is a GatesFileError naming file, line and
 key path, raised before any load runs. `validate_against_buckets` adds the one check that needs
 the target: histogram thresholds must fall on a bucket bound. It does not know how gates are
-evaluated (`gate.evaluate`) or what the units mean beyond parsing (`gate.units`). The parts live
-next door: YAML positions and key-path errors (`gate.gates_yaml`), the value objects
-(`gate.gates_model`), one gate entry (`gate.gate_definition`), presets (`gate.presets_schema`);
+evaluated (`gate.verdicts.evaluate`) or what the units mean beyond parsing (`gate.units`). The parts live
+next door: YAML positions and key-path errors (`gate.gates.reader`), the value objects
+(`gate.gates.model`), one gate entry (`gate.gates.definition`), presets (`gate.gates.presets`);
 this module assembles the file and keeps their public names importable from here.
 """
 
@@ -20,33 +20,18 @@ from pathlib import Path
 from typing import Any
 
 from gate import glossary
-from gate.gate_definition import GateReader
-from gate.gates_model import (
+from gate.gates.definition import GateReader
+from gate.gates.model import (
     BASELINE_MATCH_FIELDS,
     Gate,
     GatesFile,
-    Regression,
-    Scope,
     Settings,
-    Slos,
 )
-from gate.gates_yaml import GatesFileError, compose
+from gate.gates.presets import PresetReader
+from gate.gates.reader import GatesFileError, compose
 from gate.glossary import PERCENTILES
-from gate.presets_schema import PresetReader
 
-__all__ = [
-    "GATES_FILE_VERSION",
-    "Gate",
-    "GatesFile",
-    "GatesFileError",
-    "Regression",
-    "Scope",
-    "Settings",
-    "Slos",
-    "load",
-    "loads",
-    "validate_against_buckets",
-]
+__all__ = ["GATES_FILE_VERSION", "load", "loads", "validate_against_buckets"]
 
 GATES_FILE_VERSION = 1
 

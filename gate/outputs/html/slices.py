@@ -1,4 +1,4 @@
-"""A profile's data clipped to one time interval, so `gate.derive` can measure it bin by bin.
+"""A profile's data clipped to one time interval, so `gate.metrics.derive` can measure it bin by bin.
 
 Owns cutting a `ProfileData` down to the requests sent in an interval (with their ITL gaps),
 the step records, scrapes and sampler records observed in it, and a load.json whose window is
@@ -13,8 +13,8 @@ from typing import Any
 
 import numpy as np
 
-from gate.records import Categorical, RequestColumns
-from gate.rundir import ProfileData, StepColumns
+from gate.rundir.requests import Categorical, RequestColumns
+from gate.rundir.run import ProfileData, StepColumns
 
 __all__ = ["clip_profile"]
 

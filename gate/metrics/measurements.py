@@ -1,7 +1,7 @@
-"""The measurement value types `gate.derive` returns and `gate.assess` judges.
+"""The measurement value types `gate.metrics.derive` returns and `gate.verdicts.assess` judges.
 
 Owns Samples, Histogram, Events, Series, Scalar and NoData (with its reason). It does not know
-how they are derived (`gate.derive`) or judged (`gate.assess`).
+how they are derived (`gate.metrics.derive`) or judged (`gate.verdicts.assess`).
 """
 
 from __future__ import annotations

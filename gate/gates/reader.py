@@ -3,8 +3,8 @@
 Owns GatesFileError (`FILE:LINE: key.path: message`), composing YAML text into plain data while
 remembering where each key stood, and the typed field readers (mapping with allowed keys, number
 in a range, boolean, non-empty text, duration) every part of the schema uses to raise those
-errors. It does not know the gates file schema (`gate.gates_file`, `gate.gate_definition`,
-`gate.presets_schema`).
+errors. It does not know the gates file schema (`gate.gates.file`, `gate.gates.definition`,
+`gate.gates.presets`).
 """
 
 from __future__ import annotations
@@ -16,6 +16,7 @@ from typing import Any
 
 import yaml
 
+from gate.errors import BatchgateError, ExitCode
 from gate.units import UnitError, UnitKind, parse_quantity
 
 __all__ = ["NAME_RE", "FieldReader", "GatesFileError", "Located", "compose"]
@@ -25,8 +26,10 @@ NAME_RE = re.compile(r"^[A-Za-z0-9_.-]+$")  # gate and preset names
 _PARENT_RE = re.compile(r"(\.[^.\[]+|\[\d+\])$")
 
 
-class GatesFileError(ValueError):
+class GatesFileError(BatchgateError, ValueError):
     """A problem in a gates file; str() is `FILE:LINE: key.path: message`."""
+
+    default_exit_code = ExitCode.INVALID_GATES
 
     def __init__(self, *, path: str, line: int | None, key_path: str, message: str) -> None:
         self.path = path

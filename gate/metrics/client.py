@@ -1,8 +1,8 @@
-"""Client-side derivations: the glossary metrics measured from request records (DESIGN.md §5).
+"""Client-side derivations: the glossary metrics (docs/gates.md) measured from request records.
 
 Owns the formulas of TTFT, TTFT from planned, E2E, E2E from planned, per-token ITL, TPOT,
 schedule lag, goodput, throughput, output tokens, error and 5xx shares, and recovery time after
-a burst. It returns measurements; it does not read files (`gate.records`) or judge.
+a burst. It returns measurements; it does not read files (`gate.rundir.requests`) or judge.
 """
 
 from __future__ import annotations
@@ -12,42 +12,16 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from gate.measurements import Events, Measurement, NoData, Samples, Scalar
-from gate.window import Window, request_mask, scope_seconds
+from gate.metrics.measurements import Events, Measurement, NoData, Samples, Scalar
+from gate.metrics.window import Window, request_mask, scope_seconds
 
 if TYPE_CHECKING:
-    from gate.gates_file import Scope, Slos
-    from gate.rundir import ProfileData
+    from gate.gates.model import Scope, Slos
+    from gate.rundir.run import ProfileData
 
-__all__ = ["client", "goodput_mask", "itl_gaps", "tpot"]
+__all__ = ["client", "goodput_mask", "tpot"]
 
 
-def itl_gaps(
-    times: np.ndarray, tokens: np.ndarray | None, num_chunks: np.ndarray
-) -> tuple[np.ndarray, np.ndarray]:
-    """Per-token ITL: a chunk carrying k tokens after a gap Δt contributes k gaps of Δt/k.
-
-    `times` / `tokens` are the chunks of all requests back to back (`tokens` None: one token
-    each), `num_chunks` the chunks per request. Returns the gaps and how many belong to each.
-    """
-    n = len(num_chunks)
-    if len(times) < 2:
-        return np.zeros(0, dtype=np.float32), np.zeros(n, dtype=np.int64)
-    # Gap j joins chunks j and j + 1; it crosses a request boundary right after each request's
-    # last chunk (a mask from the boundaries: cheaper than comparing per-chunk owners).
-    ends = np.cumsum(num_chunks)[:-1]
-    same = np.ones(len(times) - 1, dtype=bool)
-    same[ends[(ends > 0) & (ends < len(times))] - 1] = False
-    # float32 halves the largest array of a run (32M gaps for 1M requests); its 24-bit mantissa
-    # still resolves a 20 ms gap to about a nanosecond.
-    delta = np.diff(times)[same].astype(np.float32)
-    if tokens is None:
-        return delta, np.maximum(num_chunks - 1, 0).astype(np.int64)
-    k = tokens[1:][same]
-    gaps = np.repeat(delta / np.maximum(k, 1).astype(np.float32), np.maximum(k, 0))
-    owner = np.repeat(np.arange(n), num_chunks)
-    counts = np.bincount(owner[1:][same], weights=k, minlength=n).astype(np.int64)
-    return gaps, counts
 
 
 def client(

@@ -5,7 +5,7 @@ fields (status, stage, priority, length class, endpoint) as small integer codes 
 and per-token ITL gaps (computed block by block through `gate.derive.itl_gaps`, so a million
 records with 32 chunks each never exist as Python floats all at once). It tolerates a partial
 final line and reports it; any other unreadable line is a RecordsError with its line number. When
-the load generator left a matching columnar mirror (`gate.request_mirror`), it reads that
+the load generator left a matching columnar mirror (`gate.rundir.columns`), it reads that
 instead of parsing. It does not know what the columns mean for a gate.
 """
 
@@ -21,8 +21,9 @@ from typing import Any
 import numpy as np
 import orjson
 
-from gate.derive import itl_gaps
-from gate.request_mirror import read_mirror
+from gate.errors import BatchgateError, ExitCode
+from gate.rundir.columns import read_mirror
+from gate.rundir.gaps import itl_gaps
 
 __all__ = ["Categorical", "RecordsError", "RequestColumns", "read_requests"]
 
@@ -43,8 +44,10 @@ _get_chunk_times = itemgetter("chunk_times")
 _get_chunk_tokens = itemgetter("chunk_tokens")
 
 
-class RecordsError(ValueError):
+class RecordsError(BatchgateError, ValueError):
     """An unreadable request record; the message names the file and line."""
+
+    default_exit_code = ExitCode.NO_DATA
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -114,86 +117,25 @@ _CACHE_VERSION = 2
 _ARRAY_FIELDS = (*_FLOAT_FIELDS, "itl_seconds", "itl_counts")
 
 
-def _cache_dir(path: Path) -> Path:
-    return path.with_name(f".{path.name}.columns")
-
-
-def _source_key(path: Path) -> dict[str, int]:
-    stat = path.stat()
-    return {"version": _CACHE_VERSION, "size": stat.st_size, "mtime_ns": stat.st_mtime_ns}
-
-
-def _load_cache(path: Path) -> RequestColumns | None:
-    directory = _cache_dir(path)
-    try:
-        meta = orjson.loads((directory / "meta.json").read_bytes())
-        if meta.get("source") != _source_key(path):
-            return None
-        # Memory-mapped: a re-check of a big run reads only the pages a gate touches.
-        arrays = {name: np.load(directory / f"{name}.npy", mmap_mode="r") for name in _ARRAY_FIELDS}
-        categoricals = {
-            name: Categorical(
-                codes=np.load(directory / f"{name}.npy"), names=tuple(meta["names"][name])
-            )
-            for name in (*_CATEGORICAL_FIELDS, "endpoint")
-        }
-    except (OSError, ValueError, KeyError, orjson.JSONDecodeError):
-        return None
-    return RequestColumns(
-        path=str(path), **arrays, **categoricals, partial_last_line=meta["partial"]
-    )
-
-
-def _save_cache(path: Path, columns: RequestColumns) -> None:
-    directory = _cache_dir(path)
-    try:
-        directory.mkdir(exist_ok=True)
-        for name in _ARRAY_FIELDS:
-            np.save(directory / f"{name}.npy", getattr(columns, name))
-        for name in (*_CATEGORICAL_FIELDS, "endpoint"):
-            np.save(directory / f"{name}.npy", getattr(columns, name).codes)
-        meta = {
-            "source": _source_key(path),
-            "partial": columns.partial_last_line,
-            "names": {
-                n: list(getattr(columns, n).names) for n in (*_CATEGORICAL_FIELDS, "endpoint")
-            },
-        }
-        (directory / "meta.json").write_bytes(orjson.dumps(meta))  # written last: marks complete
-    except OSError:
-        pass  # a read-only run directory just stays uncached
-
-
 def read_requests(
-    path: str | Path, *, cache: bool = False, max_records: int | None = None
+    path: str | Path, *, max_records: int | None = None
 ) -> RequestColumns:
     """Read one requests.jsonl; raises RecordsError (with line number) on a corrupt line.
 
     `max_records` reads only the file's first that-many lines (complete lines: what a reader
-    saw of a file still being written, see `gate.abort_record`); it skips mirror and cache.
+    saw of a file still being written, see `gate.rundir.abort`); it skips the mirror.
 
     A columnar mirror written by the load generator (docs/records.md, `requests.columns/`) is
-    used when its stamp matches the file. With `cache`, columns are kept next to the file
-    (`.requests.jsonl.columns/`, keyed by the file's size and mtime) and reused, memory-mapped,
-    while the file is unchanged. Only use it for a finished file: one still being written would
-    be re-parsed on every call.
+    used when its stamp matches the file: it is the one column format of a run (a run without
+    it, e.g. one that crashed before its clean close, is parsed on every read).
     """
     path = Path(path)
-    if max_records is not None:
-        cache = False
     mirrored = None if max_records is not None else read_mirror(path)
     if mirrored is not None:
         for name in (*_CATEGORICAL_FIELDS, "endpoint"):
             codes, names = mirrored[name]
             mirrored[name] = Categorical(codes=codes, names=names)
         return RequestColumns(path=str(path), **mirrored)
-    if cache:
-        cached = _load_cache(path)
-        if cached is not None:
-            return cached
-        columns = read_requests(path)
-        _save_cache(path, columns)
-        return columns
     # Parsing creates millions of short-lived containers; the cyclic collector would rescan
     # them over and over (it doubles the parse time) and none of them form cycles.
     was_enabled = gc.isenabled()

@@ -2,7 +2,7 @@
 
 Owns the window (load.json's, or the records' own span while a load runs, warm-up cut off), the
 wall-clock intervals and seconds a stage scope covers, and the request-record mask of a scope.
-It does not know metrics or formulas (`gate.derive`).
+It does not know metrics or formulas (`gate.metrics.derive`).
 """
 
 from __future__ import annotations
@@ -13,8 +13,8 @@ from typing import TYPE_CHECKING
 import numpy as np
 
 if TYPE_CHECKING:
-    from gate.gates_file import Scope
-    from gate.rundir import ProfileData
+    from gate.gates.model import Scope
+    from gate.rundir.run import ProfileData
 
 __all__ = [
     "Window",

@@ -5,7 +5,7 @@ binomial bounds (pass when the upper bound of P(bad) is under the allowed share,
 lower bound is over it, inconclusive otherwise); means and shares on their interval; peaks,
 counts and finals as points; histogram estimates only at a bucket bound; and how a fail level and
 a warn level combine into one status. It does not know gates, profiles, baselines or run files
-(`gate.judge`), and returns data only.
+(`gate.verdicts.judge`), and returns data only.
 """
 
 from __future__ import annotations
@@ -17,10 +17,18 @@ from typing import Any
 import numpy as np
 
 from gate import glossary
-from gate.measurements import Events, Histogram, Measurement, NoData, Samples, Scalar, Series
+from gate.metrics.measurements import (
+    Events,
+    Histogram,
+    Measurement,
+    NoData,
+    Samples,
+    Scalar,
+    Series,
+)
 from gate.stats import Bounds, mean_bounds, proportion_bounds, quantile_with_bounds, two_sided
 from gate.units import Threshold
-from gate.verdicts import Status
+from gate.verdicts.model import Status
 
 __all__ = ["Assessment", "assess", "bounds_judgement", "combine", "point_value"]
 

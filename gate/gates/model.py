@@ -1,8 +1,8 @@
 """The gates file's value objects: settings, per-request SLOs, scopes, regressions, gates.
 
 Owns the frozen, keyword-only dataclasses a validated gates file is made of, and the names a
-baseline may be matched on. It does not parse or validate YAML (`gate.gates_file`) and does not
-judge (`gate.evaluate`).
+baseline may be matched on. It does not parse or validate YAML (`gate.gates.file`) and does not
+judge (`gate.verdicts.evaluate`).
 """
 
 from __future__ import annotations

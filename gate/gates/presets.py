@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from gate.gates_yaml import NAME_RE, FieldReader
+from gate.gates.reader import NAME_RE, FieldReader
 from gate.units import UnitError, UnitKind, parse_quantity
 
 __all__ = ["PresetReader"]

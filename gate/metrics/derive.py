@@ -1,4 +1,4 @@
-"""THE derivation of every glossary metric (DESIGN.md §5) from run records; one formula each.
+"""THE derivation of every glossary metric (docs/gates.md) from run records; one formula each.
 
 Owns the formulas: TTFT, TTFT from planned, E2E, E2E from planned, per-token ITL, TPOT,
 schedule lag, goodput, throughput, error and 5xx shares, recovery time, recompute ratio,
@@ -6,39 +6,27 @@ preemptions (per request), KV usage / leak after drain, queue and running peaks,
 (exact from steps.jsonl, else a histogram estimate from scrapes.jsonl, labelled so) and memory
 from gpu.jsonl. It returns measurements (samples, events, series, scalars, histograms, or
 NoData with the reason); it does not know thresholds, confidence or verdicts. The formulas live
-in `gate.derive_client` (request records) and `gate.derive_server` (steps, scrapes, sampler);
-the value types in `gate.measurements`, the window in `gate.window`; this module dispatches by
-the glossary's source and keeps their public names importable from here.
+in `gate.metrics.client` (request records), `gate.metrics.server` (steps, scrapes) and
+`gate.metrics.sampler` (gpu.jsonl); the value types in `gate.metrics.measurements`, the window
+in `gate.metrics.window`. This module dispatches by the glossary's source.
 """
 
 from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
-from gate.derive_client import client, goodput_mask, itl_gaps, tpot
-from gate.derive_server import gpu, server
-from gate.measurements import Events, Histogram, Measurement, NoData, Samples, Scalar, Series
-from gate.window import Window, window_of
+from gate.glossary import Source, get_metric
+from gate.metrics.client import client
+from gate.metrics.measurements import Measurement, NoData, Scalar
+from gate.metrics.sampler import gpu
+from gate.metrics.server import server
+from gate.metrics.window import window_of
 
 if TYPE_CHECKING:
-    from gate.gates_file import Scope
-    from gate.rundir import ProfileData
+    from gate.gates.model import Scope
+    from gate.rundir.run import ProfileData
 
-__all__ = [
-    "Events",
-    "Histogram",
-    "Measurement",
-    "NoData",
-    "Samples",
-    "Scalar",
-    "Series",
-    "Window",
-    "goodput_mask",
-    "itl_gaps",
-    "measure",
-    "tpot",
-    "window_of",
-]
+__all__ = ["measure"]
 
 
 def _run(profile: ProfileData, metric: str, statistic: str) -> Measurement:
@@ -74,8 +62,6 @@ def measure(
     warmup_seconds: float | None,
 ) -> Measurement:
     """Derive one glossary metric for one profile and scope (warm-up excluded)."""
-    from gate.glossary import Source, get_metric  # local: keeps this module's import light
-
     entry = get_metric(metric)
     window = window_of(profile, warmup_seconds=warmup_seconds)
     if entry.source is Source.RUN:

@@ -4,7 +4,7 @@ Owns the rules of a gate definition: its metric must be a glossary name and its 
 that metric; its scope keys fit the metric; thresholds carry the statistic's unit; a gate is a
 plain threshold, a ratio to another scope (`relative_to`) or a baseline regression (`baseline`);
 goodput needs SLOs; `rollback` names a preset; `abort_on_fail` needs a fail threshold. It does
-not know the file around a gate (`gate.gates_file`) or how a gate is judged (`gate.evaluate`).
+not know the file around a gate (`gate.gates.file`) or how a gate is judged (`gate.verdicts.evaluate`).
 """
 
 from __future__ import annotations
@@ -13,8 +13,8 @@ from collections.abc import Mapping
 from typing import Any
 
 from gate import glossary
-from gate.gates_model import Gate, Regression, Scope, Slos
-from gate.gates_yaml import NAME_RE, FieldReader
+from gate.gates.model import Gate, Regression, Scope, Slos
+from gate.gates.reader import NAME_RE, FieldReader
 from gate.glossary import PERCENTILES, Shape
 from gate.units import Threshold, UnitError, UnitKind, parse_quantity, parse_threshold
 

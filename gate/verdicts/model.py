@@ -1,31 +1,25 @@
-"""Verdict and Evaluation value objects, and the schema-versioned verdicts.json.
+"""Verdict and Evaluation value objects, and the schema-versioned verdicts.json form.
 
 Owns what one gate's judgement says (status, value, threshold, margin, n, interval, baseline
-delta, the knob and rollback preset it implicates) and how a whole evaluation is written and read
-back, plus `write_outputs`, the one call that writes every CI artifact of a run directory. It
-does not decide verdicts (`gate.evaluate`) or render them (`gate.outputs`).
+delta, the knob and rollback preset it implicates) and the dict form of a whole evaluation (the
+schema of verdicts.json). It does not decide verdicts (`gate.verdicts.evaluate`), read or write
+files, or render them (`gate.outputs`).
 """
 
 from __future__ import annotations
 
 import enum
-import json
 import math
-import os
 from dataclasses import asdict, dataclass, field
-from pathlib import Path
 from typing import Any
 
-from gate.exit_codes import ExitCode
+from gate.errors import ExitCode
 
 __all__ = [
     "VERDICTS_SCHEMA_VERSION",
     "Evaluation",
     "Status",
     "Verdict",
-    "read_verdicts",
-    "write_outputs",
-    "write_verdicts",
 ]
 
 VERDICTS_SCHEMA_VERSION = 1
@@ -186,37 +180,3 @@ class Evaluation:
             notes=tuple(data.get("notes") or ()),
             rollback_target=data.get("rollback_target"),
         )
-
-
-def write_verdicts(path: str | Path, evaluation: Evaluation) -> None:
-    path = Path(path)
-    tmp = path.with_name(path.name + ".tmp")
-    tmp.write_text(
-        json.dumps(evaluation.to_dict(), indent=2, allow_nan=False) + "\n", encoding="utf-8"
-    )
-    os.replace(tmp, path)  # readers never see half a file
-
-
-def read_verdicts(path: str | Path) -> Evaluation:
-    return Evaluation.from_dict(json.loads(Path(path).read_text(encoding="utf-8")))
-
-
-def write_outputs(
-    run_dir: str | Path, evaluation: Evaluation, *, env: dict[str, str] | None = None
-) -> list[Path]:
-    """Write verdicts.json, junit.xml, summary.md; append to $GITHUB_STEP_SUMMARY when set."""
-    from gate.outputs import junit, summary  # local: outputs import this module
-
-    run_dir = Path(run_dir)
-    env = dict(os.environ) if env is None else env
-    written = [run_dir / "verdicts.json", run_dir / "junit.xml", run_dir / "summary.md"]
-    write_verdicts(written[0], evaluation)
-    written[1].write_text(junit.to_xml(evaluation), encoding="utf-8")
-    markdown = summary.to_markdown(evaluation)
-    written[2].write_text(markdown, encoding="utf-8")
-    step_summary = env.get("GITHUB_STEP_SUMMARY")
-    if step_summary:
-        with open(step_summary, "a", encoding="utf-8") as handle:
-            handle.write(markdown + "\n")
-        written.append(Path(step_summary))
-    return written

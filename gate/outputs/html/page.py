@@ -12,6 +12,8 @@ import json
 from collections.abc import Iterable
 from typing import Any
 
+from gate.outputs.html.series import Figure
+from gate.outputs.html.svg import Chart, render_chart
 from gate.outputs.summary import ordered
 from gate.outputs.text import (
     format_delta,
@@ -20,10 +22,8 @@ from gate.outputs.text import (
     format_verdict_value,
     rollback_line,
 )
-from gate.report.series import Figure
-from gate.report.svg import Chart, render_chart
 from gate.units import UnitKind, format_value
-from gate.verdicts import Evaluation, Status
+from gate.verdicts.model import Evaluation, Status
 
 __all__ = ["STYLE", "figure_html", "gate_table", "key_value_table", "load_table", "notes_list"]
 

@@ -2,7 +2,7 @@
 
 Owns the page's order and the one public call, `write_report(run_dir, evaluation=None)`, which
 `batchgate run` and `batchgate report` use: gate verdicts (from the evaluation given, else the
-run's verdicts.json), per profile the load summary and every figure of `gate.report.series`, the
+run's verdicts.json), per profile the load summary and every figure of `gate.outputs.html.series`, the
 run's notes, and provenance from manifest.json. It does not evaluate gates or print anything.
 """
 
@@ -14,7 +14,9 @@ import html
 import os
 from pathlib import Path
 
-from gate.report.page import (
+from gate.errors import BatchgateError, ExitCode
+from gate.outputs.files import read_verdicts
+from gate.outputs.html.page import (
     STYLE,
     figure_html,
     gate_table,
@@ -22,9 +24,9 @@ from gate.report.page import (
     load_table,
     notes_list,
 )
-from gate.report.series import profile_figures
-from gate.rundir import RunData, RunDirError, load_run
-from gate.verdicts import Evaluation, read_verdicts
+from gate.outputs.html.series import profile_figures
+from gate.rundir.run import RunData, RunDirError, load_run
+from gate.verdicts.model import Evaluation
 
 __all__ = ["ReportError", "render_report", "write_report"]
 
@@ -32,8 +34,10 @@ REPORT_FILE = "report.html"
 _RESULT = {0: ("PASSED", "pass"), 1: ("FAILED", "fail"), 3: ("INCONCLUSIVE", "inconclusive")}
 
 
-class ReportError(ValueError):
+class ReportError(BatchgateError, ValueError):
     """A run directory the report cannot be made from (the message says why)."""
+
+    default_exit_code = ExitCode.USAGE
 
 
 def _e(value: object) -> str:

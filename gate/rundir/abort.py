@@ -6,7 +6,7 @@ file the deciding check read, the profile's warm-up and a clock anchor it used (
 written yet while a load runs), and the verdict as judged then — plus writing and reading it and
 the stand-in for load.json that the deciding check used. With the line counts, a later reader
 sees exactly what the check saw, so `batchgate check` judges the same failure again. It does
-not decide anything (`gate.evaluate`, `gate.judge`) or read the record files (`gate.rundir`).
+not decide anything (`gate.verdicts.evaluate`, `gate.verdicts.judge`) or read the record files (`gate.rundir.run`).
 """
 
 from __future__ import annotations
@@ -17,6 +17,8 @@ import os
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
+
+from gate.errors import BatchgateError, ExitCode
 
 __all__ = [
     "ABORT_FILE",
@@ -34,8 +36,10 @@ ABORT_SCHEMA_VERSION = 1
 SNAPSHOT_FILES = ("requests.jsonl", "steps.jsonl", "scrapes.jsonl", "gpu.jsonl")
 
 
-class AbortRecordError(ValueError):
+class AbortRecordError(BatchgateError, ValueError):
     """An abort.json that cannot be read; the message names the file and the field."""
+
+    default_exit_code = ExitCode.NO_DATA
 
 
 @dataclass(frozen=True, kw_only=True)

@@ -3,28 +3,19 @@ incremental form for `abort_on_fail`), and the exit code those verdicts give.
 
 Owns `evaluate` (every gate, the run's notes, the inconclusive policy) and IncrementalEvaluator
 (only confident failures of abort gates, after a grace period). The judgement rules live in
-`gate.assess` (per statistic kind) and `gate.judge` (per gate and profile); their public names
-stay importable from here. It does not read files (`gate.rundir`) or render (`gate.outputs`).
+`gate.verdicts.assess` (per statistic kind) and `gate.verdicts.judge` (per gate and profile); their public names
+stay importable from here. It does not read files (`gate.rundir.run`) or render (`gate.outputs`).
 """
 
 from __future__ import annotations
 
-from gate.assess import assess, point_value
-from gate.exit_codes import ExitCode
-from gate.gates_file import GatesFile
-from gate.judge import BaselineLike, measure_key, verdicts_for
-from gate.rundir import RunData
-from gate.verdicts import Evaluation, Status, Verdict
+from gate.errors import ExitCode
+from gate.gates.model import GatesFile
+from gate.rundir.run import RunData
+from gate.verdicts.judge import BaselineLike, verdicts_for
+from gate.verdicts.model import Evaluation, Status, Verdict
 
-__all__ = [
-    "Evaluation",
-    "IncrementalEvaluator",
-    "assess",
-    "evaluate",
-    "exit_code_for",
-    "measure_key",
-    "point_value",
-]
+__all__ = ["IncrementalEvaluator", "evaluate", "exit_code_for"]
 
 
 def _run_notes(run: RunData) -> tuple[str, ...]:
@@ -35,7 +26,7 @@ def _run_notes(run: RunData) -> tuple[str, ...]:
 
 
 def exit_code_for(verdicts: list[Verdict], *, inconclusive_policy: str) -> ExitCode:
-    """DESIGN.md §7: fail (1) beats no data (5) beats inconclusive (3, by policy) beats pass."""
+    """docs/exit-codes.md: fail (1) beats no data (5) beats inconclusive (3, by policy) beats pass."""
     blocking = [v.status for v in verdicts if v.blocking]
     if Status.FAIL in blocking:
         return ExitCode.FAILED

@@ -8,7 +8,7 @@ agree with the first and last rows (counting the lines would cost a full read); 
 `read_mirror` returns None and the caller parses the JSONL (the source of truth). Per-token ITL
 gaps are computed block by block through `gate.derive.itl_gaps`, as for the JSONL. It does not
 parse JSONL
-(`gate.records`) and never imports the writer (`loadgen`).
+(`gate.rundir.requests`) and never imports the writer (`loadgen`).
 """
 
 from __future__ import annotations
@@ -20,7 +20,7 @@ from typing import Any
 import numpy as np
 import orjson
 
-from gate.derive import itl_gaps
+from gate.rundir.gaps import itl_gaps
 
 __all__ = ["MIRROR_FORMAT", "MIRROR_VERSION", "mirror_dir", "read_mirror"]
 

@@ -13,14 +13,22 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from gate.measurements import Events, Histogram, Measurement, NoData, Samples, Scalar, Series
-from gate.window import Window, in_intervals, request_mask, scope_seconds, stage_intervals
+from gate.metrics.measurements import (
+    Events,
+    Histogram,
+    Measurement,
+    NoData,
+    Samples,
+    Scalar,
+    Series,
+)
+from gate.metrics.window import Window, in_intervals, request_mask, scope_seconds, stage_intervals
 
 if TYPE_CHECKING:
-    from gate.gates_file import Scope
-    from gate.rundir import ProfileData
+    from gate.gates.model import Scope
+    from gate.rundir.run import ProfileData
 
-__all__ = ["gpu", "server"]
+__all__ = ["server"]
 
 
 def _scrapes_in(
@@ -150,34 +158,3 @@ def _gauge(
     if not values:
         return NoData(reason=_unavailable(profile, name))
     return Series(values=np.array(values))
-
-
-def gpu(profile: ProfileData, metric: str, scope: Scope, window: Window) -> Measurement:
-    records = profile.gpu or []
-    if not records:
-        return NoData(reason="no gpu.jsonl sampler records")
-    usable = [r for r in records if r.get("source") in ("nvml", "process_rss")]
-    if not usable:
-        return NoData(
-            reason=f"the sampler could not sample: {records[0].get('note') or 'no reason given'}"
-        )
-    intervals = stage_intervals(profile, scope, window)
-    times = np.array([float(r.get("t", math.nan)) for r in usable])
-    mask = (
-        in_intervals(times, intervals)
-        if intervals is not None
-        else np.ones(len(usable), dtype=bool)
-    )
-    chosen = [r for r, keep in zip(usable, mask, strict=True) if keep]
-    field = "memory_used_bytes" if metric == "memory_used" else "utilization_ratio"
-    values = np.array([r.get(field) for r in chosen], dtype=np.float64)
-    totals = np.array([r.get("memory_total_bytes") for r in chosen], dtype=np.float64)
-    keep = ~np.isnan(values)
-    if not keep.any():
-        return NoData(reason=f"no {field} in the sampler records of this window")
-    note = (
-        "process resident memory (no GPU/NVML)"
-        if usable[0].get("source") == "process_rss"
-        else None
-    )
-    return Series(values=values[keep], totals=totals[keep], note=note)

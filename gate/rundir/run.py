@@ -1,4 +1,4 @@
-"""Reading a run directory (DESIGN.md §4, docs/records.md) into `RunData`.
+"""Reading a run directory (docs/records.md, docs/records.md) into `RunData`.
 
 Owns locating profiles (a run directory with `manifest.json` and one sub-directory per profile,
 or a single `batchgate load --out DIR` directory), reading `manifest.json`, `load.json`, and the
@@ -18,13 +18,14 @@ from typing import Any
 import numpy as np
 import orjson
 
-from gate.abort_record import (
+from gate.errors import BatchgateError, ExitCode
+from gate.rundir.abort import (
     SNAPSHOT_FILES,
     AbortRecord,
     AbortRecordError,
     read_abort,
 )
-from gate.records import RecordsError, RequestColumns, read_requests
+from gate.rundir.requests import RecordsError, RequestColumns, read_requests
 
 __all__ = [
     "ProfileData",
@@ -48,8 +49,10 @@ _STEP_FIELDS = (
 )
 
 
-class RunDirError(ValueError):
+class RunDirError(BatchgateError, ValueError):
     """A run directory that cannot be read at all (the message says which file and why)."""
+
+    default_exit_code = ExitCode.NO_DATA
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -186,7 +189,7 @@ def _steps(path: Path, notes: list[str], limit: int | None = None) -> StepColumn
     )
 
 
-def _profile(name: str, directory: Path, *, cache: bool) -> ProfileData:
+def _profile(name: str, directory: Path) -> ProfileData:
     notes: list[str] = []
     load = _read_json(directory / "load.json")
     requests = None
@@ -194,7 +197,7 @@ def _profile(name: str, directory: Path, *, cache: bool) -> ProfileData:
     if requests_path.exists():
         try:
             # Cache columns only once the profile finished (load.json written).
-            requests = read_requests(requests_path, cache=cache and load is not None)
+            requests = read_requests(requests_path)
         except RecordsError as exc:
             raise RunDirError(str(exc)) from None
         if requests.partial_last_line:
@@ -269,12 +272,8 @@ def _is_profile_dir(path: Path) -> bool:
     return (path / "load.json").exists() or (path / "requests.jsonl").exists()
 
 
-def load_run(path: str | Path, *, cache: bool = True) -> RunData:
-    """Read a run directory; raises RunDirError when it is not one or a file is corrupt.
-
-    `cache` keeps parsed request columns beside each finished requests.jsonl (see
-    `gate.records.read_requests`) so re-checking a large run does not parse it again.
-    """
+def load_run(path: str | Path) -> RunData:
+    """Read a run directory; raises RunDirError when it is not one or a file is corrupt."""
     root = Path(path)
     if not root.is_dir():
         raise RunDirError(f"{root}: not a directory")
@@ -295,9 +294,9 @@ def load_run(path: str | Path, *, cache: bool = True) -> RunData:
     if manifest is None:
         notes.append("manifest.json missing: provenance unknown")
     was_enabled = gc.isenabled()
-    gc.disable()  # see gate.records: parsing builds many acyclic containers
+    gc.disable()  # see gate.rundir.requests: parsing builds many acyclic containers
     try:
-        profiles = {name: _profile(name, d, cache=cache) for name, d in directories.items()}
+        profiles = {name: _profile(name, d) for name, d in directories.items()}
     finally:
         if was_enabled:
             gc.enable()

@@ -1,12 +1,12 @@
-"""The data behind every figure of the HTML report, measured through `gate.derive` only.
+"""The data behind every figure of the HTML report, measured through `gate.metrics.derive` only.
 
 Owns what each figure shows and where its numbers come from: latency CDFs (TTFT, ITL, E2E,
 split by priority and length class where a profile has more than one), and time series in bins
 over the profile (offered / achieved / completed rate, rolling p99 TTFT per class, queue length
 per class, KV usage, memory, step latency), each bin's value being `gate.derive.measure` on the
-profile clipped to that bin (`gate.report.slices`). Stages (burst baseline / spike / recovery)
+profile clipped to that bin (`gate.outputs.html.slices`). Stages (burst baseline / spike / recovery)
 and the warm-up become shaded bands. A figure without data carries the reason instead. It does
-not draw (`gate.report.svg`) or lay out the page (`gate.report_html`).
+not draw (`gate.outputs.html.svg`) or lay out the page (`gate.outputs.html.report`).
 """
 
 from __future__ import annotations
@@ -16,13 +16,14 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from gate import derive
-from gate.evaluate import point_value
-from gate.gates_file import Scope, Settings, Slos
-from gate.report.slices import clip_profile
-from gate.report.svg import Band, Line
-from gate.rundir import ProfileData
+from gate.gates.model import Scope, Settings, Slos
+from gate.metrics import derive, measurements
+from gate.metrics.window import window_of
+from gate.outputs.html.slices import clip_profile
+from gate.outputs.html.svg import Band, Line
+from gate.rundir.run import ProfileData
 from gate.units import UnitKind, format_value
+from gate.verdicts.assess import point_value
 
 __all__ = ["Figure", "TimeAxis", "profile_figures", "time_axis"]
 
@@ -73,7 +74,7 @@ class TimeAxis:
 
 def time_axis(profile: ProfileData) -> TimeAxis | None:
     """From the window start (or first planned request) to the last request's end."""
-    window = derive.window_of(profile, warmup_seconds=0.0)
+    window = window_of(profile, warmup_seconds=0.0)
     if window is None:
         return None
     start, end = window.start, max(window.end, window.activity_end)
@@ -114,7 +115,7 @@ def _classes(profile: ProfileData, key: str) -> list[str]:
 
 def _measure(
     profile: ProfileData, metric: str, statistic: str, scope: Scope, *, warmup: float | None
-) -> derive.Measurement:
+) -> measurements.Measurement:
     return derive.measure(
         profile,
         metric,
@@ -142,7 +143,7 @@ def _cdf_line(label: str, values: np.ndarray, unit: UnitKind) -> Line:
     else:
         x = np.quantile(values, probabilities, method="inverted_cdf")
         y = probabilities
-    p99 = point_value(derive.Samples(values=values), "p99")
+    p99 = point_value(measurements.Samples(values=values), "p99")
     text = f"{label} (n={len(values)}, p99 {format_value(p99, unit)})"
     return Line(label=text, x=x, y=y, step=True)
 
@@ -165,9 +166,9 @@ def _cdf_figure(profile: ProfileData, metric: str, short: str, long: str) -> Fig
     lines, reasons = [], []
     for label, scope in groups:
         measurement = _measure(profile, metric, "p99", scope, warmup=None)
-        if isinstance(measurement, derive.NoData):
+        if isinstance(measurement, measurements.NoData):
             reasons.append(measurement.reason)
-        elif isinstance(measurement, derive.Samples) and len(measurement.values):
+        elif isinstance(measurement, measurements.Samples) and len(measurement.values):
             lines.append(_cdf_line(label, measurement.values, UnitKind.DURATION))
     common = {
         "key": f"{metric}-cdf",
@@ -216,7 +217,7 @@ def _binned(
     for i, end in enumerate(axis.edges[1:]):
         piece = slices.get(float(end) - trail, float(end))
         measurement = _measure(piece, metric, statistic, scope, warmup=0.0)
-        if isinstance(measurement, derive.NoData):
+        if isinstance(measurement, measurements.NoData):
             reason = reason or measurement.reason
             continue
         value = point_value(measurement, statistic)
