@@ -1,6 +1,6 @@
 """batchgate's load generator: Locust profiles, open-loop arrivals, a token-timing client.
 
-Importing the package imports only pure modules (profiles, records, metrics): never locust or
+Importing the package imports only pure modules (errors, profiles, records): never locust or
 gevent, which monkey-patch the standard library. The load itself runs in its own process:
 `python -m loadgen` (see `loadgen.cli`) or `locust -f loadgen/locustfile.py`.
 """

@@ -166,7 +166,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         api_key=args.api_key,
         workers=args.workers,
     )
-    from loadgen.locust_runner import run_load
+    from loadgen.locust.runner import run_load
 
     try:
         load = run_load(

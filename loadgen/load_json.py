@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from loadgen.metrics import percentile
+from loadgen.percentile import percentile
 from loadgen.profiles import ProfileSpec, params_hash
 
 __all__ = ["build_load_json"]

@@ -6,7 +6,7 @@
 Use one user per worker process (`-u` = number of workers): each user drives its worker's share
 of the open-loop schedule. Options also come from env vars (LOADGEN_PROFILE, LOADGEN_SCALE,
 LOADGEN_OVERRIDES_JSON, LOADGEN_OUT, LOADGEN_MODEL, LOADGEN_API_KEY). Owns only the hooks;
-everything else is in `loadgen.locust_glue`.
+everything else is in the `loadgen.locust` package. It stays at this path for `locust -f` users.
 """
 
 from __future__ import annotations
@@ -17,7 +17,9 @@ from typing import Any
 from locust import events
 
 from loadgen.errors import LoadgenError
-from loadgen.locust_glue import DriverUser, add_arguments, install
+from loadgen.locust.install import install
+from loadgen.locust.options import add_arguments
+from loadgen.locust.user import DriverUser
 
 __all__ = ["DriverUser"]
 

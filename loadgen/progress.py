@@ -2,7 +2,7 @@
 
 Owns formatting what the collector has seen so far (elapsed, sent, ok/errors, TTFT p50/p99) and
 the final summary line. It reads the collector; it does not compute metrics beyond percentiles
-from `loadgen.metrics` and does not decide anything.
+(`loadgen.percentile`) and does not decide anything.
 """
 
 from __future__ import annotations
@@ -11,7 +11,7 @@ import sys
 import time
 from typing import Any
 
-from loadgen.metrics import percentile
+from loadgen.percentile import percentile
 
 __all__ = ["Progress", "status_line"]
 

@@ -4,7 +4,7 @@ Owns `RequestRecord`, the line-flushed `RecordWriter` (every finished request is
 so a crash or Ctrl-C loses nothing finished; on close it adds the columnar mirror of
 `loadgen.columns` when it wrote the whole file), and `validate_record` / `validate_load_json`, which
 check objects against docs/records.md and are used by the tests. It does not compute derived
-metrics (see `loadgen.metrics`).
+metrics: their one formula each is the gate's (docs/records.md).
 """
 
 from __future__ import annotations

@@ -16,7 +16,8 @@ import sys  # noqa: E402
 
 from locust.env import Environment  # noqa: E402
 
-from loadgen.locust_glue import DriverUser, install  # noqa: E402
+from loadgen.locust.install import install  # noqa: E402
+from loadgen.locust.user import DriverUser  # noqa: E402
 
 __all__ = ["main"]
 

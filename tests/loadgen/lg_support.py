@@ -1,4 +1,9 @@
-"""Helpers for loadgen tests: the fake OpenAI server as a process, loadgen runs, record files."""
+"""Helpers for loadgen tests: the fake OpenAI server as a process, loadgen runs, record files.
+
+Derived metrics of records (ITL, TPOT) come from the gate's functions, the one implementation
+of each formula (DESIGN: loadgen writes records, the gate derives); TTFT and schedule lag are
+plain field differences the tests write out.
+"""
 
 from __future__ import annotations
 
@@ -86,3 +91,38 @@ def read_records(out: Path) -> list[dict[str, Any]]:
 
 def read_load(out: Path) -> dict[str, Any]:
     return json.loads((out / "load.json").read_text())
+
+
+def itl_gaps(records: list[dict[str, Any]]) -> list[float]:
+    """Per-token ITL gaps of these records, by the gate's formula."""
+    import numpy as np
+
+    from gate.rundir.gaps import itl_gaps as gate_itl_gaps
+
+    times = np.array([t for r in records for t in r["chunk_times"]], dtype=np.float64)
+    tokens = np.array([k for r in records for k in r["chunk_tokens"]], dtype=np.int64)
+    num_chunks = np.array([len(r["chunk_times"]) for r in records], dtype=np.int64)
+    gaps, _ = gate_itl_gaps(times, tokens, num_chunks)
+    return [float(g) for g in gaps]
+
+
+def tpot(rec: dict[str, Any]) -> float | None:
+    """TPOT of one record by the gate's formula; None where the gate has none (NaN)."""
+    import math
+
+    import numpy as np
+
+    from gate.metrics.client import tpot as gate_tpot
+
+    def col(key: str) -> Any:
+        return np.array([np.nan if rec[key] is None else float(rec[key])])
+
+    value = float(
+        gate_tpot(
+            col("first_token_at"),
+            col("done_at"),
+            col("output_tokens"),
+            np.array([rec["status"] == "ok"]),
+        )[0]
+    )
+    return None if math.isnan(value) else value

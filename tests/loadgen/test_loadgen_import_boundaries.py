@@ -1,4 +1,9 @@
-"""Loadgen's pure modules never import locust or gevent (they monkey-patch the stdlib)."""
+"""Loadgen's pure modules never import locust or gevent (they monkey-patch the stdlib).
+
+Every module of loadgen/ is listed either as pure or as a load-process module (the
+`loadgen.locust` modules, the worker, the locustfile and the session, which import gevent or
+locust), so a new module has to be placed on one side.
+"""
 
 from __future__ import annotations
 
@@ -17,7 +22,7 @@ PURE = [
     "loadgen.dataset",
     "loadgen.records",
     "loadgen.columns",
-    "loadgen.metrics",
+    "loadgen.percentile",
     "loadgen.load_json",
     "loadgen.sse",
     "loadgen.httpconn",
@@ -28,7 +33,33 @@ PURE = [
     "loadgen.progress",
     "loadgen.cpu",
     "loadgen.overrides",
+    "loadgen.errors",
+    "loadgen.locust",  # the package itself: its __init__ imports nothing
 ]
+# Import gevent or locust (tests/loadgen/locust/test_locust_package.py imports the locust side);
+# __main__ runs the CLI.
+LOAD_PROCESS = [
+    "loadgen.__main__",
+    "loadgen.locust.collector",
+    "loadgen.locust.install",
+    "loadgen.locust.options",
+    "loadgen.locust.runner",
+    "loadgen.locust.sink",
+    "loadgen.locust.user",
+    "loadgen.locustfile",
+    "loadgen.session",
+    "loadgen.worker",
+]
+
+
+def test_every_loadgen_module_is_listed_on_one_side() -> None:
+    root = REPO / "loadgen"
+    found = set()
+    for path in root.rglob("*.py"):
+        parts = path.relative_to(REPO).with_suffix("").parts
+        found.add(".".join(parts[:-1] if parts[-1] == "__init__" else parts))
+    assert found == set(PURE) | set(LOAD_PROCESS)
+    assert not set(PURE) & set(LOAD_PROCESS)
 
 
 def test_pure_modules_do_not_import_locust_or_gevent() -> None:

@@ -1,10 +1,11 @@
-"""SSE parsing, derived metrics and the record validator."""
+"""SSE parsing, records through the gate's derived-metric formulas, and the record validator."""
 
 from __future__ import annotations
 
 import pytest
+from lg_support import itl_gaps, tpot
 
-from loadgen import metrics
+from loadgen.percentile import percentile
 from loadgen.records import RecordWriter, RequestRecord, validate_load_json, validate_record
 from loadgen.sse import SSEParser
 
@@ -52,18 +53,18 @@ def _ok_record(**changes: object) -> dict:
 
 def test_itl_splits_multi_token_chunks_and_tpot_uses_output_tokens() -> None:
     rec = _ok_record()
-    assert metrics.itl_gaps(rec) == pytest.approx([0.01, 0.01, 0.01])
-    assert metrics.tpot(rec) == pytest.approx(0.03 / 3)
-    assert metrics.ttft(rec) == pytest.approx(0.049)
-    assert metrics.ttft_from_planned(rec) == pytest.approx(0.05)
-    assert metrics.schedule_lag(rec) == pytest.approx(0.001)
-    assert metrics.e2e(_ok_record(status="timeout", error="x")) is None
+    assert itl_gaps([rec]) == pytest.approx([0.01, 0.01, 0.01])
+    assert tpot(rec) == pytest.approx(0.03 / 3)
+    assert rec["first_token_at"] - rec["sent_at"] == pytest.approx(0.049)  # TTFT
+    assert rec["first_token_at"] - rec["planned_at"] == pytest.approx(0.05)  # from planned
+    assert rec["sent_at"] - rec["planned_at"] == pytest.approx(0.001)  # schedule lag
+    assert tpot(_ok_record(status="timeout", error="x")) is None  # ok requests only
 
 
 def test_percentile_interpolates_and_is_not_rounded() -> None:
-    assert metrics.percentile([1.0, 2.0, 3.0, 4.0], 50) == 2.5
-    assert metrics.percentile([0.0011, 0.0012], 100) == 0.0012
-    assert metrics.percentile([], 99) is None
+    assert percentile([1.0, 2.0, 3.0, 4.0], 50) == 2.5
+    assert percentile([0.0011, 0.0012], 100) == 0.0012
+    assert percentile([], 99) is None
 
 
 def test_validator_accepts_a_good_record_and_names_each_problem() -> None:

@@ -4,7 +4,8 @@ Owns building the Locust environment programmatically, starting local worker pro
 (`python -m loadgen.worker`) or waiting for remote ones, the progress display loop, Ctrl-C
 handling (cancel in-flight requests, write load.json with `ended: interrupted`), and shutdown.
 Importing it imports locust (gevent monkey-patching): only `loadgen.cli` imports it, lazily, in
-the load process. It does not parse arguments.
+the load process. It does not parse arguments, collect records (`loadgen.locust.collector`) or
+drive requests (`loadgen.locust.user`).
 """
 
 from __future__ import annotations
@@ -26,7 +27,9 @@ from locust.env import Environment  # noqa: E402
 from locust.runners import MasterRunner  # noqa: E402
 
 from loadgen.config import RunConfig  # noqa: E402
-from loadgen.locust_glue import DriverUser, build_parsed_options, install  # noqa: E402
+from loadgen.locust.install import install  # noqa: E402
+from loadgen.locust.options import build_parsed_options  # noqa: E402
+from loadgen.locust.user import DriverUser  # noqa: E402
 from loadgen.progress import Progress  # noqa: E402
 
 __all__ = ["run_load"]

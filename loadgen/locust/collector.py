@@ -1,0 +1,94 @@
+"""The master (or local runner) side of a load run: every record once, then load.json.
+
+Owns `Collector`: it writes requests.jsonl as records arrive (each id exactly once), counts them
+by status and by worker, keeps the TTFTs the progress display shows, knows the run is done when
+every worker's summary has arrived together with as many records as that summary states, and
+writes load.json (atomically, once). It does not receive Locust messages itself (`install`
+registers them), send requests, or decide whether the run passed. Importing it imports locust
+(which monkey-patches the standard library): only the load process may import it.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import time
+from pathlib import Path
+from typing import Any
+
+import gevent.event
+from locust.env import Environment
+
+from loadgen.config import RunConfig
+from loadgen.load_json import build_load_json
+from loadgen.records import RecordWriter
+
+__all__ = ["Collector"]
+
+
+class Collector:
+    """Master side (or local runner): writes records and, once all workers report, load.json."""
+
+    def __init__(self, env: Environment, config: RunConfig, worker_count: int) -> None:
+        self.env = env
+        self.config = config
+        self.spec = config.spec()
+        self.worker_count = worker_count
+        out = Path(config.out_dir)
+        out.mkdir(parents=True, exist_ok=True)
+        (out / "requests.jsonl").unlink(missing_ok=True)
+        (out / "load.json").unlink(missing_ok=True)  # a stale one would pass for this run's
+        self.writer = RecordWriter(out / "requests.jsonl")
+        self.counts_by_status: dict[str, int] = {}
+        self.received: dict[int, int] = {}
+        self.summaries: dict[int, dict[str, Any]] = {}
+        self.done = gevent.event.Event()
+        self.t0 = time.monotonic()
+        self.wall_at_t0 = time.time()
+        self.ttfts: list[float] = []
+        self.load: dict[str, Any] | None = None
+
+    def set_start(self, start_wall: float, start_monotonic: float | None) -> None:
+        self.wall_at_t0 = start_wall
+        self.t0 = start_monotonic or time.monotonic() + (start_wall - time.time())
+
+    def add(self, rec: dict[str, Any]) -> None:
+        if self.writer.write(rec):
+            self.counts_by_status[rec["status"]] = self.counts_by_status.get(rec["status"], 0) + 1
+            self.received[rec["worker"]] = self.received.get(rec["worker"], 0) + 1
+            if rec["first_token_at"] is not None and rec["sent_at"] is not None:
+                self.ttfts.append(rec["first_token_at"] - rec["sent_at"])
+            if self.summaries:
+                self._check_done()
+
+    def worker_done(self, summary: dict[str, Any]) -> None:
+        self.summaries[summary["worker"]] = summary
+        self._check_done()
+
+    def _check_done(self) -> None:
+        complete = len(self.summaries) >= self.worker_count and all(
+            self.received.get(w, 0) >= s["records"] for w, s in self.summaries.items()
+        )
+        if complete:
+            self.done.set()
+
+    def finalize(self, ended: str) -> dict[str, Any]:
+        if self.load is not None:
+            return self.load
+        self.writer.close()
+        load = build_load_json(
+            spec=self.spec,
+            workers=self.worker_count,
+            summaries=list(self.summaries.values()),
+            counts_by_status=self.counts_by_status,
+            t0=self.t0,
+            wall_at_t0=self.wall_at_t0,
+            ended_at=time.monotonic(),
+            ended=ended,
+        )
+        path = Path(self.config.out_dir) / "load.json"
+        tmp = path.with_suffix(".json.tmp")
+        tmp.write_text(json.dumps(load, indent=2) + "\n", encoding="utf-8")
+        os.replace(tmp, path)
+        self.load = load
+        return load
