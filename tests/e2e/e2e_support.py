@@ -18,9 +18,10 @@ from pathlib import Path
 from typing import Any
 
 import psutil
+from process_scan import processes_mentioning
 
 REPO = Path(__file__).resolve().parents[2]
-GATES = REPO / "gates.yaml"
+GATES = REPO / "gate" / "gates" / "default.yaml"
 RUN_TIMEOUT_SECONDS = 240.0
 
 
@@ -84,20 +85,6 @@ def kill_tree(pid: int) -> None:
     for proc in procs:
         with contextlib.suppress(psutil.NoSuchProcess):
             proc.send_signal(signal.SIGKILL)
-
-
-def processes_mentioning(text: str) -> list[psutil.Process]:
-    """Live processes whose command line contains `text` (a run directory path)."""
-    found = []
-    for proc in psutil.process_iter(["cmdline", "status"]):
-        try:
-            if proc.info["status"] == psutil.STATUS_ZOMBIE:
-                continue
-            if any(text in part for part in proc.info["cmdline"] or ()):
-                found.append(proc)
-        except (psutil.NoSuchProcess, psutil.AccessDenied):
-            continue
-    return found
 
 
 def assert_no_strays(run_dir: Path, timeout_seconds: float = 10.0) -> None:

@@ -60,10 +60,12 @@ def test_smoke_run_writes_every_artifact(smoke_run: Finished) -> None:
     assert len(drains) == 1
 
 
-def test_smoke_run_writes_the_html_report_when_the_renderer_exists(smoke_run: Finished) -> None:
-    pytest.importorskip("gate.outputs.html.report")
-    html = (smoke_run.run_dir / "report.html").read_text(encoding="utf-8")
+def test_smoke_run_writes_the_html_report(smoke_run: Finished) -> None:
+    report = smoke_run.run_dir / "report.html"
+    assert report.is_file(), f"no report.html\n{smoke_run.stdout}\n{smoke_run.stderr}"
+    html = report.read_text(encoding="utf-8")
     assert html.startswith("<!DOCTYPE html>") and "priority_mix" in html
+    assert "report.html not written" not in smoke_run.stdout + smoke_run.stderr
 
 
 def test_smoke_run_leaves_no_process_behind(smoke_run: Finished) -> None:

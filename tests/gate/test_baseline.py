@@ -2,7 +2,7 @@ import json
 
 import numpy as np
 import pytest
-from gatecore_synth import request_records, write_manifest, write_profile
+from rundir_builder import request_records, write_manifest, write_profile
 
 from gate.baseline import BaselineError, BaselineStore
 from gate.errors import ExitCode

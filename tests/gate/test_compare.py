@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 from rich.console import Console
-from rundir_factory import GATES_YAML, make_run
+from rundir_builder import GATES_YAML, make_run
 
 from gate import compare as compare_mod
 from gate.cli import main

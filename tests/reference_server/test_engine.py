@@ -12,7 +12,6 @@ import pytest
 from reference_server import (
     AdmissionError,
     ConfigError,
-    EngineConfig,
     RequestValidationError,
     SamplingParams,
 )
@@ -276,9 +275,10 @@ def test_embed_validates_input_and_calls_runner():
 
 
 def test_engine_rejects_a_non_config():
-    with pytest.raises(ConfigError):
+    # A plain dict (what a caller might pass by mistake) is refused up front, naming `config`.
+    with pytest.raises(ConfigError, match="must be an EngineConfig, got dict") as caught:
         Engine({"model": "tiny"}, runner=FakeRunner())  # type: ignore[arg-type]
-    assert isinstance(EngineConfig().batching.max_num_seqs, int)
+    assert caught.value.field == "config"
 
 
 def test_importing_the_engine_does_not_import_torch():

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from gatecore_synth import load_json, request_records, write_jsonl, write_manifest
+from rundir_builder import load_json, request_records, write_jsonl, write_manifest
 
 from gate.errors import ExitCode
 from gate.gates.file import loads

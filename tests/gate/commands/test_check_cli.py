@@ -4,7 +4,7 @@ import json
 
 import numpy as np
 import pytest
-from gatecore_synth import request_records, write_gates, write_manifest, write_profile
+from rundir_builder import request_records, write_gates, write_manifest, write_profile
 
 from gate.cli import main
 
@@ -55,7 +55,7 @@ def test_check_prints_the_rollback_command_for_a_failure(tmp_path, capsys):
     gates = write_gates(tmp_path / "gates.yaml", GATES)
     assert main(["check", str(run), "--gates", str(gates), "--no-write"]) == 1
     out = capsys.readouterr().out
-    assert "rollback: batchgate rollback --target http://127.0.0.1:1 --to safe" in out
+    assert "rollback: batchgate rollback --target http://127.0.0.1:8000 --to safe" in out
     assert not (run / "verdicts.json").exists()
 
 

@@ -6,16 +6,19 @@ from __future__ import annotations
 import io
 import json
 import sys
+from importlib import resources
 from pathlib import Path
 
 import pytest
-from e2e_support import GATES, processes_mentioning
+from process_scan import processes_mentioning
 
 from gate.gates.file import load
 from gate.orchestrator.live import LiveView, RecordTail
 from gate.orchestrator.presets import live_settings, server_flags, start_only
 from gate.orchestrator.processes import start_child
 from gate.orchestrator.suite import select_suite
+
+GATES = Path(str(resources.files("gate.gates").joinpath("default.yaml")))  # the packaged default
 
 
 def test_preset_becomes_server_flags_and_a_live_change() -> None:

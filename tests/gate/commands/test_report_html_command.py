@@ -7,7 +7,7 @@ import json
 from pathlib import Path
 
 import pytest
-from rundir_factory import GATES_YAML, make_run
+from rundir_builder import GATES_YAML, make_run
 
 from gate.cli import main
 
@@ -74,10 +74,14 @@ def test_report_with_invalid_gates_file_exits_4(
     assert "ttfx" in capsys.readouterr().err
 
 
-def test_report_without_gates_or_verdicts_exits_2(
+def test_report_without_gates_or_verdicts_judges_with_the_packaged_default(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
 ) -> None:
     fresh = make_run(tmp_path / "fresh", profiles=("steady",))
-    monkeypatch.chdir(tmp_path)  # no ./gates.yaml here
-    assert main(["report", str(fresh)]) == 2
-    assert "no gates file to evaluate with and no verdicts.json" in capsys.readouterr().err
+    monkeypatch.chdir(tmp_path)  # no ./gates.yaml here, and the run names none
+    code = main(["report", str(fresh)])
+    out = capsys.readouterr().out
+    # The default gates are scoped to the default profiles: a `steady` run has none of their
+    # data, which is "no data" (5) — judged, not a usage error.
+    assert code == 5
+    assert "trickle_ttft" in out and (fresh / "verdicts.json").is_file()

@@ -1,7 +1,7 @@
 import numpy as np
 import orjson
 import pytest
-from gatecore_synth import request_records, write_jsonl
+from rundir_builder import request_records, write_jsonl
 
 from gate.rundir.requests import RecordsError, read_requests
 

@@ -104,7 +104,7 @@ def test_docs_example_loads_and_every_metric_is_documented():
 
     from gate.glossary import METRICS
 
-    text = (Path(__file__).parents[2] / "docs" / "gates.md").read_text()
+    text = (Path(__file__).parents[3] / "docs" / "gates.md").read_text()
     for metric in METRICS:
         assert f"| `{metric}` |" in text, f"docs/gates.md does not document {metric}"
     example = re.findall(r"```yaml\n(.*?)```", text, re.S)[-1]

@@ -241,7 +241,7 @@ def test_server_config_refuses_bad_values_and_unknown_keys():
 def test_docs_list_every_flag_and_every_metric():
     from pathlib import Path
 
-    text = (Path(__file__).resolve().parents[2] / "docs" / "server.md").read_text()
+    text = (Path(__file__).resolve().parents[3] / "docs" / "server.md").read_text()
     for flag in engine_flags():
         assert f"`{flag.option}" in text, flag.option
     for names in BINDING_METRICS.values():

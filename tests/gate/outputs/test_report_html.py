@@ -1,5 +1,5 @@
 """report.html: every figure has data (or says why not), the page is self-contained, and the
-figures' numbers agree with gate.derive."""
+figures' numbers agree with gate.metrics.derive."""
 
 from __future__ import annotations
 
@@ -9,7 +9,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from rundir_factory import GATES_YAML, make_run
+from rundir_builder import GATES_YAML, make_run
 
 from gate.gates.file import loads
 from gate.gates.model import Scope, Settings, Slos

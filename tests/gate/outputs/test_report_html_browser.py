@@ -10,7 +10,7 @@ import subprocess
 from pathlib import Path
 
 import pytest
-from rundir_factory import make_run
+from rundir_builder import make_run
 
 from gate.outputs.html.report import write_report
 

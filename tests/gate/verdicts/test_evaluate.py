@@ -4,7 +4,7 @@ import math
 
 import numpy as np
 import pytest
-from gatecore_synth import request_records, write_manifest, write_profile
+from rundir_builder import request_records, write_jsonl, write_manifest, write_profile
 
 from gate.errors import ExitCode
 from gate.gates.file import loads
@@ -194,8 +194,6 @@ def test_ratio_between_scopes_gate(tmp_path):
 def test_incremental_evaluator_aborts_only_on_a_confident_failure_after_grace(tmp_path):
     records = request_records(400, ttft_seconds=np.full(400, 2.0))
     (tmp_path / "steady").mkdir()
-    from gatecore_synth import write_jsonl
-
     write_jsonl(tmp_path / "steady" / "requests.jsonl", records)  # no load.json yet: still running
     body = TTFT_P99.format(fail="< 800ms") + "    abort_on_fail: true\n"
     gates = _gates(body, "settings: {abort_grace_seconds: 10s}\n")

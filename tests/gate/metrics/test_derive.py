@@ -2,7 +2,7 @@
 
 import numpy as np
 import pytest
-from gatecore_synth import WALL0, request_records, step_records, write_profile
+from rundir_builder import WALL0, request_records, step_records, write_profile
 
 from gate.gates.model import Scope, Settings, Slos
 from gate.metrics.derive import measure

@@ -8,9 +8,12 @@ from pathlib import Path
 
 import orjson
 import pytest
-from rundir_factory import make_run
+from rundir_builder import make_run
 
-from gate.outputs.html.report import write_report
+from gate.cli import main
+from gate.errors import ExitCode
+from gate.outputs.html.report import ReportError, write_report
+from gate.rundir.run import RunDirError, load_run
 
 _STATE_RE = re.compile(r'data-figure="([^"]+)" data-state="([^"]+)"')
 _NODATA_RE = re.compile(r'<div class="nodata">no data: ([^<]+)</div>')
@@ -76,19 +79,30 @@ def test_partial_last_line_is_reported_as_a_note(tmp_path: Path) -> None:
     assert set(_states(page).values()) == {"data"}
 
 
-@pytest.mark.parametrize("broken", ["verdicts", "load"])
-def test_corrupt_files_do_not_raise_tracebacks(tmp_path: Path, broken: str) -> None:
-    from gate.outputs.html.report import ReportError
-
+def test_corrupt_verdicts_json_is_said_on_the_page_not_raised(tmp_path: Path) -> None:
     run_dir = make_run(tmp_path / "run", profiles=("steady",))
-    if broken == "verdicts":
-        (run_dir / "verdicts.json").write_text(json.dumps({"schema_version": 99}))
-        page = write_report(run_dir).read_text(encoding="utf-8")
-        assert "verdicts.json is unreadable" in page
-    else:
-        (run_dir / "steady" / "load.json").write_text("{not json")
-        with pytest.raises(ReportError, match=r"load\.json"):
-            write_report(run_dir)
+    (run_dir / "verdicts.json").write_text(json.dumps({"schema_version": 99}))
+    page = write_report(run_dir).read_text(encoding="utf-8")
+    assert "verdicts.json is unreadable" in page
+    assert set(_states(page).values()) == {"data"}  # the figures do not depend on verdicts
+
+
+def test_corrupt_load_json_is_an_error_naming_the_file_and_a_message_with_exit_5(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    run_dir = make_run(tmp_path / "run", profiles=("steady",))
+    corrupt = run_dir / "steady" / "load.json"
+    corrupt.write_text("{not json")
+    with pytest.raises(RunDirError, match=re.escape(f"{corrupt}: not readable JSON")):
+        load_run(run_dir)
+    with pytest.raises(ReportError, match=re.escape(f"{corrupt}: not readable JSON")):
+        write_report(run_dir)
+    # The command says the same in one line on stderr and exits 5 (no data), no traceback.
+    assert main(["report", str(run_dir)]) == ExitCode.NO_DATA
+    err = capsys.readouterr().err
+    assert f"batchgate report: not a readable run: {corrupt}: not readable JSON" in err
+    assert "Traceback" not in err
+    assert not (run_dir / "report.html").exists()
 
 
 def test_step_figure_falls_back_to_the_scraped_histogram(tmp_path: Path) -> None:

@@ -20,7 +20,7 @@ import httpx
 import pytest
 from server_testlib import ADMIN_TOKEN, API_KEY
 
-REPO_ROOT = Path(__file__).resolve().parents[2]
+REPO_ROOT = Path(__file__).resolve().parents[3]
 START_TIMEOUT_SECONDS = 120.0
 
 # Small limits keep every test request cheap on a busy 2-core machine.
