@@ -24,7 +24,7 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
-sys.path.insert(0, str(ROOT / "tests" / "gate"))
+sys.path.insert(0, str(ROOT / "tests" / "gate" / "observers"))
 
 from fake_pynvml import FakeDevice, FakeNVML  # noqa: E402
 

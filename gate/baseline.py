@@ -3,7 +3,8 @@
 Owns the store (default `.batchgate/baselines/` under the working directory, one JSON file per
 baseline), saving a run's measured statistics (every gate of a gates file plus a standard set of
 client latency statistics per profile), listing, showing and loading them, and saying why a
-baseline is not comparable to a run (provenance mismatch). It does not judge (`gate.verdicts.evaluate`).
+baseline is not comparable to a run (provenance mismatch). It does not judge
+(`gate.verdicts.evaluate`).
 """
 
 from __future__ import annotations

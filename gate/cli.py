@@ -28,6 +28,8 @@ COMMANDS = (
     "rollback",
     "sweep",
     "sample",
+    "init",
+    "calibrate",
 )
 
 

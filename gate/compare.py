@@ -4,8 +4,8 @@ Owns which metrics a comparison shows, their two-sided intervals (order-statisti
 percentiles, Clopper–Pearson for error rates, a Poisson count interval for request throughput)
 and the rule that a difference is "larger than its noise" when the two runs' intervals do not
 overlap; metrics without a noise model (peaks, recompute ratio, tokens/s) show the delta only.
-Values come from `gate.metrics.derive` and `gate.evaluate.point_value`. It returns data (and a rich
-renderable of it); it does not read files or print.
+Values come from `gate.metrics.derive` and `gate.verdicts.assess.point_value`. It returns data (and
+a rich renderable of it); it does not read files or print.
 """
 
 from __future__ import annotations
@@ -160,7 +160,11 @@ def _bound(value: float) -> float | None:
 
 
 def _estimate(
-    measurement: measurements.Measurement, statistic: str, level: float, *, metric_counts_requests: bool
+    measurement: measurements.Measurement,
+    statistic: str,
+    level: float,
+    *,
+    metric_counts_requests: bool,
 ) -> tuple[Estimate, str]:
     """The point value, its interval (one-sided bounds at `level` each) and the method used."""
     if isinstance(measurement, measurements.NoData):

@@ -34,7 +34,6 @@ class BatchgateError(Exception):
 
     def __init__(self, message: str = "", exit_code: ExitCode | int | None = None) -> None:
         super().__init__(message)
-        self.message = message
         self.exit_code = ExitCode(self.default_exit_code if exit_code is None else exit_code)
 
     @property
@@ -42,7 +41,8 @@ class BatchgateError(Exception):
         return self.exit_code
 
     def __str__(self) -> str:
-        return self.message if self.args else ""
+        # Exception.__str__, not a subclass base's (KeyError would quote the message).
+        return str(self.args[0]) if self.args else ""
 
 
 class UsageError(BatchgateError):

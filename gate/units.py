@@ -86,6 +86,9 @@ class Threshold:
     kind: UnitKind
     text: str
     of_total: bool = False
+    # "unloaded": `value` is a factor of the calibration's unloaded median of the gate's metric
+    # (calibration.json); the judge turns it into an absolute limit before judging.
+    reference: str | None = None
 
     def __post_init__(self) -> None:
         if self.op not in _OPS:
@@ -128,12 +131,35 @@ def parse_quantity(
     return value
 
 
+REFERENCES = ("unloaded",)
+_RELATIVE_RE = re.compile(
+    r"^\s*(<=|>=|==|<|>)\s*((?:\d+\.?\d*|\.\d+)(?:[eE][-+]?\d+)?)\s*x\s+([a-z_]+)\s*$"
+)
+
+
 def parse_threshold(text: object, *, kind: UnitKind) -> Threshold:
-    """Parse `"< 800ms"` for a metric measured in `kind`; raises UnitError with a fix."""
+    """Parse `"< 800ms"` (or `"< 4x unloaded"`) for a metric measured in `kind`; raises
+    UnitError with a fix."""
     if not isinstance(text, str):
         raise UnitError(
             f'a threshold is a quoted comparison such as "< 800ms" or "<= 0.05", got {text!r}'
         )
+    relative = _RELATIVE_RE.match(text)
+    if relative:
+        op, number, reference = relative.group(1), float(relative.group(2)), relative.group(3)
+        if reference not in REFERENCES:
+            raise UnitError(
+                f"unknown reference {reference!r} in {text!r}; use {', '.join(REFERENCES)} "
+                '(e.g. "< 4x unloaded": four times the calibrated unloaded median)'
+            )
+        if kind is not UnitKind.DURATION:
+            raise UnitError(
+                f"{text!r}: a multiple of the unloaded service time fits only time metrics "
+                "(ttft, e2e, tpot, itl, ...)"
+            )
+        if not math.isfinite(number) or number <= 0:
+            raise UnitError(f"{text!r}: the factor must be a positive number")
+        return Threshold(op=op, value=number, kind=kind, text=text.strip(), reference=reference)
     match = _THRESHOLD_RE.match(text)
     if not match:
         raise UnitError(

@@ -409,6 +409,7 @@ class Engine:
             num_waiting_by_class=dict(self.scheduler.num_waiting_by_class),
             num_kv_blocks_used=bm.num_blocks_used,
             num_kv_blocks_total=bm.num_blocks_total,
+            num_kv_tokens_total=bm.num_blocks_total * bm.block_size,
             num_kv_blocks_peak=bm.num_blocks_peak,
             kv_usage_ratio=bm.usage_ratio,
             kv_usage_peak_ratio=bm.peak_usage_ratio,

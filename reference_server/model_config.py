@@ -83,6 +83,16 @@ MODEL_PRESETS: dict[str, ModelConfig] = {
         num_kv_heads=2,
         intermediate_size=352,
     ),
+    # A few times slower per token than tiny on a CPU: the "slower server" of batchgate's
+    # speed-invariance checks (benchmarks/bench_speed_invariance.py).
+    "small": ModelConfig(
+        vocab_size=_BYTE_VOCAB_SIZE,
+        hidden_size=256,
+        num_layers=4,
+        num_heads=4,
+        num_kv_heads=2,
+        intermediate_size=704,
+    ),
     # ~100M parameters: KV memory pressure becomes realistic on a GPU.
     "100m": ModelConfig(
         vocab_size=_BYTE_VOCAB_SIZE,

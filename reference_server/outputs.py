@@ -54,6 +54,7 @@ class EngineStats:
     num_waiting_by_class: dict[str, int] = field(default_factory=dict)
     num_kv_blocks_used: int = 0
     num_kv_blocks_total: int = 0
+    num_kv_tokens_total: int = 0  # blocks * block_size: the pool's capacity in tokens
     num_kv_blocks_peak: int = 0
     kv_usage_ratio: float = 0.0
     kv_usage_peak_ratio: float = 0.0

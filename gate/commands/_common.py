@@ -17,7 +17,7 @@ from typing import Any
 
 from gate.baseline import Baseline, BaselineError, BaselineStore
 from gate.errors import ExitCode, UsageError
-from gate.gates.file import load
+from gate.gates.file import load, packaged_gates_path
 from gate.gates.model import GatesFile
 from gate.gates.reader import GatesFileError
 from gate.orchestrator.presets import start_only
@@ -27,11 +27,12 @@ from gate.verdicts.model import Evaluation
 
 __all__ = [
     "DEFAULT_GATES_FILE",
+    "add_common_arguments",
     "add_evaluation_arguments",
+    "default_gates_path",
     "find_gates_file",
     "load_baseline",
     "load_gates",
-    "add_common_arguments",
     "load_gates_and_preset",
     "open_run",
     "read_saved_verdicts",
@@ -39,8 +40,6 @@ __all__ = [
 ]
 
 DEFAULT_GATES_FILE = Path("gates.yaml")
-
-
 
 
 def add_evaluation_arguments(parser: argparse.ArgumentParser) -> None:
@@ -65,7 +64,7 @@ def find_gates_file(explicit: str | None, manifest: Mapping[str, Any] | None) ->
     recorded = (manifest or {}).get("gates_file")
     if recorded and Path(recorded).exists():
         return Path(recorded)
-    return DEFAULT_GATES_FILE if DEFAULT_GATES_FILE.exists() else None
+    return default_gates_path()
 
 
 def load_gates(path: str | Path) -> GatesFile:
@@ -116,10 +115,23 @@ def open_run(path_text: str | Path) -> RunData:
     except RunDirError as exc:
         raise UsageError(f"not a readable run: {exc}", ExitCode.NO_DATA) from None
 
+
 def add_common_arguments(parser: argparse.ArgumentParser) -> None:
     """Flags `run` and `sweep` share."""
     parser.add_argument(
-        "--gates", type=Path, default=Path("gates.yaml"), help="gates file (default gates.yaml)"
+        "--gates",
+        type=Path,
+        default=None,
+        help="gates file (default: ./gates.yaml if there is one, else the packaged default)",
+    )
+    parser.add_argument(
+        "--calibration",
+        default="fresh",
+        metavar="fresh|auto|off|FILE",
+        help="the run's first phase, calibrating the target (docs/calibration.md): fresh "
+        "(measure now, the default), auto (reuse a saved calibration of the same target, "
+        "settings and hardware from .batchgate/calibrations, else measure and save), off, or a "
+        "calibration.json to reuse",
     )
     parser.add_argument(
         "--target",
@@ -157,12 +169,16 @@ def add_common_arguments(parser: argparse.ArgumentParser) -> None:
     )
 
 
-
-
 def load_gates_and_preset(
     args: argparse.Namespace,
 ) -> tuple[GatesFile, dict[str, Any] | None]:
-    """(gates file, preset or None); raises UsageError with exit 4 or 2."""
+    """(gates file, preset or None); raises UsageError with exit 4 or 2.
+
+    Sets `args.gates` to the file actually read (./gates.yaml, else the packaged default).
+    """
+    args.gates = default_gates_path() if args.gates is None else args.gates
+    if not args.gates.is_file():
+        raise UsageError(f"{args.gates}: no such gates file", ExitCode.USAGE)
     try:
         gates_file = load(args.gates)
     except GatesFileError as exc:
@@ -187,3 +203,12 @@ def load_gates_and_preset(
     if args.target is not None and not args.target.startswith(("http://", "https://")):
         raise UsageError(f"--target must be an http(s) URL, got {args.target!r}")
     return gates_file, preset
+
+
+def default_gates_path() -> Path:
+    """./gates.yaml when the working directory has one, else the gates file shipped inside
+    the package (so every command works from any directory)."""
+    local = DEFAULT_GATES_FILE
+    if local.is_file():
+        return local
+    return packaged_gates_path()

@@ -5,11 +5,11 @@ from __future__ import annotations
 import argparse
 import json
 import sys
-from pathlib import Path
 
 from rich.console import Console
 
 from gate.baseline import BaselineError, BaselineStore
+from gate.commands._common import default_gates_path
 from gate.errors import ExitCode
 from gate.gates.file import load
 from gate.gates.model import GatesFile
@@ -74,5 +74,4 @@ def run(args: argparse.Namespace) -> int:
 
 
 def _default_gates() -> GatesFile | None:
-    path = Path("gates.yaml")
-    return load(path) if path.exists() else None
+    return load(default_gates_path())

@@ -35,7 +35,8 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     parser = subparsers.add_parser(
         "check",
         help="re-evaluate the gates on a saved run directory",
-        description="Judge a saved run directory against a gates file; exit codes as docs/exit-codes.md.",
+        description="Judge a saved run directory against a gates file; exit codes in "
+        "docs/exit-codes.md.",
     )
     parser.add_argument(
         "run_dir", metavar="RUN_DIR", help="run directory (or one profile's directory)"

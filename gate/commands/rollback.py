@@ -1,6 +1,6 @@
 """`batchgate rollback`: apply a named batching preset to a live server in one step.
 
-Owns the command line, finding the preset in the gates file (`gate.gates_file.load(path)
+Owns the command line, finding the preset in the gates file (`gate.gates.file.load(path)
 .presets`), saving the previous settings so rolling forward is one command too, and the exit
 codes (0 done or equivalents printed, 2 usage / unreachable / refused, 4 invalid gates file).
 The HTTP exchange and the mapping for other servers live in gate.rollback.
@@ -20,7 +20,9 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
+from gate.commands._common import default_gates_path
 from gate.errors import ExitCode, UsageError
+from gate.gates.file import load
 from gate.rollback import (
     BatchingNotSupported,
     RollbackError,
@@ -29,8 +31,6 @@ from gate.rollback import (
 )
 
 TOKEN_ENV = "BATCHGATE_ADMIN_TOKEN"
-
-
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
@@ -48,7 +48,10 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         "--from-file", type=Path, help="settings saved by an earlier rollback (roll forward)"
     )
     parser.add_argument(
-        "--gates", type=Path, default=Path("gates.yaml"), help="gates file (default gates.yaml)"
+        "--gates",
+        type=Path,
+        default=None,
+        help="gates file (default: ./gates.yaml if there is one, else the packaged default)",
     )
     parser.add_argument("--admin-token", default=None, help=f"admin token (default: ${TOKEN_ENV})")
     parser.add_argument(
@@ -97,13 +100,10 @@ def run(args: argparse.Namespace) -> int:
     return int(ExitCode.PASSED)
 
 
-def load_preset(gates_path: Path, name: str) -> dict[str, Any]:
+def load_preset(gates_path: Path | None, name: str) -> dict[str, Any]:
+    gates_path = default_gates_path() if gates_path is None else gates_path
     if not gates_path.is_file():
         raise UsageError(f"gates file {gates_path} not found (use --gates FILE)")
-    try:
-        from gate.gates.file import load
-    except ImportError as exc:
-        raise UsageError(f"cannot read gates files in this build: {exc}") from exc
     try:
         gates = load(gates_path)
     except Exception as exc:  # the gates file's own error names file, line and key

@@ -78,10 +78,6 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     parser.set_defaults(func=run)
 
 
-
-
-
-
 def run(args: argparse.Namespace) -> int:
     err = Console(stderr=True, highlight=False, soft_wrap=True)
     try:
@@ -114,6 +110,7 @@ def run(args: argparse.Namespace) -> int:
         api_key=args.api_key,
         admin_token=args.admin_token,
         load_workers=args.workers,
+        calibration=args.calibration,
     )
     view = LiveView()
     view.message(

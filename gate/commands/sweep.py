@@ -2,15 +2,18 @@
 
 Owns the command around the capacity search (`gate.orchestrator.sweep`): its arguments, one
 target for the whole search (the bundled server started once with the preset's flags, or
-`--target`), printing the knee and the gate that binds there, and writing `sweep.json`. Exit: 0 knee found, 1 not even the minimum
-rate passes, 2 usage, 4 invalid gates file, 5 the target died or the run was interrupted.
+`--target`), printing the knee and the gate that binds there, and writing `sweep.json`. Exit: 0
+knee found, 1 not even the minimum rate passes, 2 usage, 4 invalid gates file, 5 the target died or
+the run was interrupted.
 """
 
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
 from pathlib import Path
+from typing import Any
 
 from rich.console import Console
 from rich.table import Table
@@ -18,11 +21,13 @@ from rich.table import Table
 from gate.commands._common import add_common_arguments, load_gates_and_preset
 from gate.errors import ExitCode, UsageError
 from gate.gates.reader import GatesFileError
+from gate.orchestrator.calibration import CALIBRATION_FILE
 from gate.orchestrator.live import LiveView
 from gate.orchestrator.plan import PlanError, parse_sets, resolve_plans
 from gate.orchestrator.presets import server_flags
 from gate.orchestrator.processes import ProcessError
-from gate.orchestrator.runner import RunConfig, new_run_id
+from gate.orchestrator.relative import mix_output_tokens
+from gate.orchestrator.runner import RunConfig, execute, new_run_id
 from gate.orchestrator.server import BundledServer, ServerOptions, start_bundled_server
 from gate.orchestrator.sweep import Point, Search, SearchSpec, SweepFault
 
@@ -40,8 +45,25 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     )
     add_common_arguments(parser)
     parser.add_argument("--profile", default="steady", help="profile to sweep (default steady)")
-    parser.add_argument("--min-rate", type=float, default=1.0, help="first rate, req/s")
-    parser.add_argument("--max-rate", type=float, default=64.0, help="highest rate tried, req/s")
+    parser.add_argument(
+        "--min-rate",
+        type=float,
+        default=None,
+        help="first rate, req/s (default: 0.25x the calibrated capacity for the profile's mix)",
+    )
+    parser.add_argument(
+        "--max-rate",
+        type=float,
+        default=None,
+        help="highest rate tried, req/s (default: 2x the calibrated capacity)",
+    )
+    parser.add_argument(
+        "--requests-per-point",
+        type=int,
+        default=300,
+        help="requests each point sends, whatever its rate (default 300: enough for a p99 "
+        "gate to pass with no exceedance)",
+    )
     parser.add_argument(
         "--tolerance",
         type=float,
@@ -75,8 +97,11 @@ def register(subparsers: argparse._SubParsersAction) -> None:
 
 
 def _validate(args: argparse.Namespace) -> None:
-    if not 0 < args.min_rate <= args.max_rate:
+    rates = [r for r in (args.min_rate, args.max_rate) if r is not None]
+    if any(r <= 0 for r in rates) or (len(rates) == 2 and args.min_rate > args.max_rate):
         raise UsageError("need 0 < --min-rate <= --max-rate")
+    if args.requests_per_point < 1:
+        raise UsageError("--requests-per-point must be >= 1")
     if args.tolerance <= 0 or args.max_points < 1 or args.repeats < 0:
         raise UsageError("--tolerance must be > 0, --max-points >= 1, --repeats >= 0")
 
@@ -115,14 +140,15 @@ def run(args: argparse.Namespace) -> int:
             except ProcessError as exc:
                 err.print(f"batchgate sweep: the bundled server did not start: {exc}", markup=False)
                 return int(ExitCode.NO_DATA)
-            url = server.url
         base = RunConfig(
             gates_file=gates_file,
             gates_text=args.gates.read_text(encoding="utf-8"),
             plans=tuple(first_plans),
             scale=args.scale,
             run_dir=sweep_dir,
-            target_url=url,
+            target_url=args.target,
+            # One bundled server for every point, measured by each (the sampler gets its PID).
+            attached_server=server,
             # The bundled server got the preset as flags; a --target gets it live (each run).
             preset_name=args.preset if args.target else None,
             preset=preset if args.target else None,
@@ -130,13 +156,20 @@ def run(args: argparse.Namespace) -> int:
             admin_token=args.admin_token,
             load_workers=args.workers,
             write_report=False,
+            calibration=args.calibration,
         )
+        try:
+            min_rate, max_rate, base = _bracket(args, base, first_plans[0].params, sweep_dir, view)
+        except (UsageError, GatesFileError) as exc:
+            err.print(f"batchgate sweep: {exc}", markup=False)
+            return int(exc.exit_code)
         spec = SearchSpec(
             profile=args.profile,
             scale=args.scale,
             overrides=parse_sets(args.set),
-            min_rate=args.min_rate,
-            max_rate=args.max_rate,
+            requests_per_point=args.requests_per_point,
+            min_rate=min_rate,
+            max_rate=max_rate,
             tolerance=args.tolerance,
             repeats=args.repeats,
             max_points=args.max_points,
@@ -146,19 +179,50 @@ def run(args: argparse.Namespace) -> int:
             lo, hi = search.search()
         except (UsageError, GatesFileError) as exc:
             err.print(f"batchgate sweep: {exc}", markup=False)
-            code = exc.code if isinstance(exc, UsageError) else ExitCode.INVALID_GATES
-            return int(code)
+            return int(exc.exit_code)
         except SweepFault as exc:
             err.print(f"batchgate sweep: {exc}", markup=False)
-            _write(sweep_dir, args, search.points, None, None, ended=str(exc))
+            _write(sweep_dir, args, search.points, None, None, ended=str(exc), spec=spec)
             return int(ExitCode.NO_DATA)
     finally:
         if server is not None:
             server.stop(timeout_seconds=15.0)
     binding = _binding(search.points, lo, hi)
-    _write(sweep_dir, args, search.points, lo, hi, binding=binding)
-    _print(search.points, lo, hi, binding, args, sweep_dir)
+    _write(sweep_dir, args, search.points, lo, hi, binding=binding, spec=spec)
+    _print(search.points, lo, hi, binding, spec, sweep_dir)
     return int(ExitCode.PASSED if lo is not None else ExitCode.FAILED)
+
+
+def _bracket(
+    args: argparse.Namespace,
+    base: RunConfig,
+    params: dict[str, Any],
+    sweep_dir: Path,
+    view: LiveView,
+) -> tuple[float, float, RunConfig]:
+    """The rates to search between, and the config every point runs with.
+
+    Without both rates, the target is calibrated once (docs/calibration.md) and the search
+    brackets 0.25x..2x its capacity for the profile's mix; every point then reuses that
+    calibration (relative gates judge against it) instead of measuring again.
+    """
+    if args.min_rate is not None and args.max_rate is not None and args.calibration == "off":
+        return args.min_rate, args.max_rate, base
+    calibrated = execute(
+        dataclasses.replace(base, run_dir=sweep_dir / "calibration-run", calibrate_only=True),
+        view,
+    )
+    path = sweep_dir / "calibration-run" / CALIBRATION_FILE
+    if calibrated.exit_code != ExitCode.PASSED or not path.is_file():
+        reason = calibrated.fault.message if calibrated.fault is not None else "no calibration"
+        raise UsageError(f"could not calibrate the target: {reason}", ExitCode.NO_DATA)
+    data = json.loads(path.read_text(encoding="utf-8"))
+    tokens = data["capacity"]["short"]["output_tokens_per_second"]
+    capacity = tokens / mix_output_tokens(params)
+    view.message(f"batchgate sweep: calibrated capacity for {args.profile}: {capacity:.3g} req/s")
+    low = args.min_rate if args.min_rate is not None else 0.25 * capacity
+    high = args.max_rate if args.max_rate is not None else max(2.0 * capacity, low)
+    return low, high, dataclasses.replace(base, calibration=str(path))
 
 
 def _binding(points: list[Point], lo: float | None, hi: float | None) -> str | None:
@@ -179,6 +243,7 @@ def _write(
     *,
     binding: str | None = None,
     ended: str = "completed",
+    spec: SearchSpec | None = None,
 ) -> None:
     data = {
         "schema_version": 1,
@@ -187,8 +252,9 @@ def _write(
         "target": args.target,
         "preset": args.preset,
         "gates_file": str(args.gates),
-        "min_rate_rps": args.min_rate,
-        "max_rate_rps": args.max_rate,
+        "min_rate_rps": spec.min_rate if spec else args.min_rate,
+        "max_rate_rps": spec.max_rate if spec else args.max_rate,
+        "requests_per_point": args.requests_per_point,
         "tolerance": args.tolerance,
         "knee_rps": lo,
         "first_failing_rps": hi,
@@ -204,31 +270,34 @@ def _print(
     lo: float | None,
     hi: float | None,
     binding: str | None,
-    args: argparse.Namespace,
+    spec: SearchSpec,
     sweep_dir: Path,
 ) -> None:
     out = Console(highlight=False)
-    table = Table(title=f"batchgate sweep — {args.profile}")
+    table = Table(title=f"batchgate sweep — {spec.profile}")
     for header in ("rate req/s", "verdict", "exit", "failing / inconclusive gates"):
         table.add_column(header)
     for p in points:
-        table.add_row(f"{p.rate_rps:g}", p.outcome, str(p.exit_code), ", ".join(p.failed) or "—")
+        table.add_row(f"{p.rate_rps:.4g}", p.outcome, str(p.exit_code), ", ".join(p.failed) or "—")
     out.print(table)
     if lo is None:
+        first = next((p for p in points if p.rate_rps == spec.min_rate), None)
+        what = {"fail": "fails", "inconclusive": "is inconclusive (too few samples to decide)"}
+        verdict = what.get(first.outcome, "gave no data") if first else "was not measured"
         out.print(
-            f"no passing rate: {args.min_rate:g} req/s already fails"
+            f"no passing rate: the lowest rate tried, {spec.min_rate:.3g} req/s, {verdict}"
             + (f" ({binding})" if binding else ""),
             markup=False,
         )
     elif hi is None:
         out.print(
-            f"knee >= {lo:g} req/s: every gate passed up to --max-rate"
+            f"knee >= {lo:.3g} req/s: every gate passed up to the highest rate tried"
             + (f"; tightest gate there: {binding}" if binding else ""),
             markup=False,
         )
     else:
         out.print(
-            f"knee: {lo:g} req/s passes, {hi:g} req/s does not; binding gate: "
+            f"knee: {lo:.3g} req/s passes, {hi:.3g} req/s does not; binding gate: "
             f"{binding or 'unknown'}",
             markup=False,
         )

@@ -4,7 +4,8 @@ Owns the rules of a gate definition: its metric must be a glossary name and its 
 that metric; its scope keys fit the metric; thresholds carry the statistic's unit; a gate is a
 plain threshold, a ratio to another scope (`relative_to`) or a baseline regression (`baseline`);
 goodput needs SLOs; `rollback` names a preset; `abort_on_fail` needs a fail threshold. It does
-not know the file around a gate (`gate.gates.file`) or how a gate is judged (`gate.verdicts.evaluate`).
+not know the file around a gate (`gate.gates.file`) or how a gate is judged
+(`gate.verdicts.evaluate`).
 """
 
 from __future__ import annotations

@@ -5,10 +5,10 @@ problem (YAML syntax, unknown keys, unknown metrics, a statistic that does not f
 without a needed unit, a rollback naming no preset) is a GatesFileError naming file, line and
 key path, raised before any load runs. `validate_against_buckets` adds the one check that needs
 the target: histogram thresholds must fall on a bucket bound. It does not know how gates are
-evaluated (`gate.verdicts.evaluate`) or what the units mean beyond parsing (`gate.units`). The parts live
-next door: YAML positions and key-path errors (`gate.gates.reader`), the value objects
+evaluated (`gate.verdicts.evaluate`) or what the units mean beyond parsing (`gate.units`). The
+parts live next door: YAML positions and key-path errors (`gate.gates.reader`), the value objects
 (`gate.gates.model`), one gate entry (`gate.gates.definition`), presets (`gate.gates.presets`);
-this module assembles the file and keeps their public names importable from here.
+this module assembles the file.
 """
 
 from __future__ import annotations
@@ -16,6 +16,7 @@ from __future__ import annotations
 import hashlib
 import math
 from collections.abc import Mapping, Sequence
+from importlib import resources
 from pathlib import Path
 from typing import Any
 
@@ -31,9 +32,20 @@ from gate.gates.presets import PresetReader
 from gate.gates.reader import GatesFileError, compose
 from gate.glossary import PERCENTILES
 
-__all__ = ["GATES_FILE_VERSION", "load", "loads", "validate_against_buckets"]
+__all__ = [
+    "GATES_FILE_VERSION",
+    "load",
+    "loads",
+    "packaged_gates_path",
+    "validate_against_buckets",
+]
 
 GATES_FILE_VERSION = 1
+
+
+def packaged_gates_path() -> Path:
+    """The default gates file shipped inside the package (gate/gates/default.yaml)."""
+    return Path(str(resources.files("gate.gates").joinpath("default.yaml")))
 
 
 def load(path: str | Path) -> GatesFile:

@@ -22,8 +22,6 @@ if TYPE_CHECKING:
 __all__ = ["client", "goodput_mask", "tpot"]
 
 
-
-
 def client(
     profile: ProfileData, metric: str, statistic: str, scope: Scope, window: Window, slos: Slos
 ) -> Measurement:

@@ -21,6 +21,7 @@ if TYPE_CHECKING:
 
 __all__ = ["gpu"]
 
+
 def gpu(profile: ProfileData, metric: str, scope: Scope, window: Window) -> Measurement:
     records = profile.gpu or []
     if not records:

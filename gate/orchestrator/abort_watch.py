@@ -2,11 +2,12 @@
 
 Owns polling a profile's growing files while its load runs — counting their complete lines,
 reading exactly those (`gate.rundir.profile_prefix`) with a stand-in for the load.json not yet
-written (the profile's warm-up, a clock anchor), and asking `gate.evaluate.IncrementalEvaluator`
-for a confident failure of an `abort_on_fail` gate after the grace period — and turning one into
-the `AbortRecord` the session writes as `abort.json`. It polls at most once a second, less often
-when a check gets slow (a long run's file grows), so it never takes more than about a tenth of
-the process. It does not stop the load (`gate.orchestrator.session`) or judge anything itself.
+written (the profile's warm-up, a clock anchor), and asking
+`gate.verdicts.evaluate.IncrementalEvaluator` for a confident failure of an `abort_on_fail` gate
+after the grace period — and turning one into the `AbortRecord` the session writes as `abort.json`.
+It polls at most once a second, less often when a check gets slow (a long run's file grows), so it
+never takes more than about a tenth of the process. It does not stop the load
+(`gate.orchestrator.session`) or judge anything itself.
 """
 
 from __future__ import annotations

@@ -9,6 +9,7 @@ generator itself (`python -m loadgen --show-profile`, a child process: `gate` ne
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import subprocess
 from collections.abc import Mapping, Sequence
@@ -18,6 +19,7 @@ from typing import Any
 from gate.errors import BatchgateError, ExitCode
 from gate.gates.model import GatesFile
 from gate.orchestrator.processes import python_argv
+from gate.orchestrator.relative import RelativeError, placeholders, relative_values
 
 __all__ = ["DEFAULT_PROFILES", "PlanError", "ProfilePlan", "choose_profiles", "resolve_plans"]
 
@@ -36,6 +38,10 @@ class ProfilePlan:
     name: str
     overrides: dict[str, Any]
     params: dict[str, Any] = field(default_factory=dict)  # resolved by the load generator
+    # Overrides written relative to the calibration ("0.3x capacity", "400 requests"); until
+    # `gate.orchestrator.relative.absolute_overrides` resolves them, `overrides` and `params`
+    # hold placeholders.
+    relative: dict[str, str] = field(default_factory=dict)
 
     @property
     def duration_seconds(self) -> float | None:
@@ -97,6 +103,10 @@ def resolve_plans(
     unknown = sorted(set(extra_overrides or {}) - set(names))
     if unknown:
         raise PlanError(f"--set names profiles that are not run: {', '.join(unknown)}")
+    try:
+        relative = {name: relative_values(name, overrides[name]) for name in names}
+    except RelativeError as exc:
+        raise PlanError(str(exc)) from None
     children: dict[str, subprocess.Popen[str]] = {}
     try:
         for name in names:
@@ -123,7 +133,12 @@ def resolve_plans(
             except OSError as exc:
                 raise PlanError(f"cannot start the load generator: {exc}") from exc
         return [
-            _collect(name, child, overrides[name], timeout_seconds)
+            dataclasses.replace(
+                _collect(
+                    name, child, placeholders(overrides[name], relative[name]), timeout_seconds
+                ),
+                relative=relative[name],
+            )
             for name, child in children.items()
         ]
     finally:

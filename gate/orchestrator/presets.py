@@ -14,7 +14,17 @@ from typing import Any
 
 from gate.errors import BatchgateError, ExitCode
 
-__all__ = ["START_ONLY_KEYS", "PresetError", "live_settings", "server_flags", "start_only"]
+__all__ = [
+    "REFERENCE_PRESET",
+    "START_ONLY_KEYS",
+    "PresetError",
+    "live_settings",
+    "server_flags",
+    "start_only",
+]
+
+# The preset a calibration is taken with when a run tries another one (docs/calibration.md).
+REFERENCE_PRESET = "safe"
 
 # Preset keys the server reads once at start; PUT /admin/batching refuses them.
 START_ONLY_KEYS = ("kv_cache_memory_bytes",)

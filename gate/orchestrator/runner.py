@@ -25,6 +25,8 @@ from typing import Any
 from gate.errors import ExitCode, UsageError
 from gate.gates.file import validate_against_buckets
 from gate.gates.model import GatesFile
+from gate.orchestrator.calibration import CalibrationSpec
+from gate.orchestrator.calibration_phase import CalibrationPhase
 from gate.orchestrator.faults import FAULT_EXIT_CODE, RunFault, Terminated, terminate_as_exception
 from gate.orchestrator.live import LiveView
 from gate.orchestrator.manifest import Manifest
@@ -42,8 +44,6 @@ from gate.verdicts.evaluate import evaluate
 from gate.verdicts.model import Evaluation
 
 __all__ = ["RunConfig", "RunResult", "execute", "new_run_id"]
-
-
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -65,6 +65,16 @@ class RunConfig:
     session: SessionSettings | None = None
     load_workers: int = 1
     write_report: bool = True
+    # "fresh": measure now (the first phase of every run); "auto": reuse a saved calibration
+    # of the same target, settings and hardware from `calibration_store`, else measure and save
+    # it; "off": none (relative values then stop the run); else a calibration.json to reuse.
+    calibration: str = "fresh"
+    calibration_spec: CalibrationSpec = field(default_factory=CalibrationSpec)
+    calibration_store: Path = Path(".batchgate/calibrations")
+    calibrate_only: bool = False  # `batchgate calibrate`: stop after the calibration phase
+    # A bundled server someone else started and stops (`batchgate sweep`: one server for every
+    # point); the run measures it like its own (the sampler gets its PID) but leaves it running.
+    attached_server: BundledServer | None = None
 
     def __post_init__(self) -> None:
         if not self.plans:
@@ -108,6 +118,8 @@ class _Run:
         self.info: TargetInfo | None = None
         self.restore: tuple[str, dict[str, Any]] | None = None
         self.aborted: AbortRecord | None = None
+        self.plans = config.plans
+        self.calibration: dict[str, Any] | None = None
         self.manifest = Manifest(
             path=config.run_dir / "manifest.json",
             gates_file=str(suite.path.resolve()),
@@ -121,7 +133,10 @@ class _Run:
 
     def setup(self) -> None:
         c = self.config
-        if c.target_url is None:
+        if c.attached_server is not None:
+            self.server = c.attached_server
+            url = self.server.url
+        elif c.target_url is None:
             self.view.message("batchgate: starting the bundled reference server")
             options = dataclasses.replace(
                 c.server_options,
@@ -170,16 +185,54 @@ class _Run:
             ) from exc
         self.view.message(f"batchgate: applied preset {c.preset_name!r} to {url}")
 
-    def profiles(self) -> RunFault | None:
+    def _session_settings(self) -> SessionSettings:
         c = self.config
-        assert self.client is not None and self.info is not None
-        settings = c.session or SessionSettings(
+        return c.session or SessionSettings(
             scale=c.scale,
             api_key=c.api_key,
             admin_token=c.admin_token,
             load_workers=c.load_workers,
         )
-        for index, plan in enumerate(c.plans, start=1):
+
+    def calibrate(self) -> None:
+        """The calibration phase (docs/calibration.md): measure or reuse, then resolve the
+        profiles written relative to the target."""
+        c = self.config
+        assert self.client is not None and self.info is not None
+        phase = CalibrationPhase(
+            mode=c.calibration,
+            spec=c.calibration_spec,
+            store_dir=c.calibration_store,
+            run_dir=c.run_dir,
+            gates_file=self.suite.gates_file,
+            preset=c.preset,
+            bundled=self.server is not None,
+            admin_token=c.admin_token,
+            scale=c.scale,
+            view=self.view,
+        )
+        result = phase.run(
+            plans=self.plans,
+            target=self.client,
+            info=self.info,
+            server=None if self.server is None else self.server.child,
+            settings=self._session_settings(),
+            children=self.children,
+            hardware=self.manifest.hardware,
+        )
+        if result is None:
+            return
+        self.calibration, self.plans = result.calibration, result.plans
+        self.manifest.extra["calibration"] = result.manifest_entry
+        if result.relative_profiles:
+            self.manifest.extra["relative_profiles"] = result.relative_profiles
+        self.manifest.write()
+
+    def profiles(self) -> RunFault | None:
+        c = self.config
+        assert self.client is not None and self.info is not None
+        settings = self._session_settings()
+        for index, plan in enumerate(self.plans, start=1):
             session = ProfileSession(
                 plan=plan,
                 run_dir=c.run_dir,
@@ -189,7 +242,7 @@ class _Run:
                 settings=settings,
                 view=self.view,
                 index=index,
-                total=len(c.plans),
+                total=len(self.plans),
                 children=self.children,
                 gates_file=self.suite.gates_file,
             )
@@ -200,7 +253,7 @@ class _Run:
                 # The run is doomed (a gate failed for sure): the later profiles are not run.
                 self.aborted = outcome.aborted
                 self.manifest.profiles[plan.name]["aborted_by_gate"] = outcome.aborted.gate
-                self.manifest.extra["profiles_not_run"] = [p.name for p in c.plans[index:]]
+                self.manifest.extra["profiles_not_run"] = [p.name for p in self.plans[index:]]
             self.manifest.write()
             if outcome.fault is not None:
                 return outcome.fault
@@ -255,7 +308,9 @@ def execute(config: RunConfig, view: LiveView) -> RunResult:
         with terminate_as_exception():
             try:
                 run.setup()
-                fault = run.profiles()
+                run.calibrate()
+                if not config.calibrate_only:
+                    fault = run.profiles()
             except (KeyboardInterrupt, Terminated) as exc:
                 what = "Ctrl-C" if isinstance(exc, KeyboardInterrupt) else str(exc)
                 fault = RunFault(ended="interrupted", reason=f"stopped by the user ({what})")
@@ -275,6 +330,16 @@ def execute(config: RunConfig, view: LiveView) -> RunResult:
             else:
                 run.manifest.finish("completed", None)
             run.manifest.write()
+    if config.calibrate_only:
+        return RunResult(
+            run_dir=config.run_dir,
+            exit_code=FAULT_EXIT_CODE
+            if fault is not None or run.calibration is None
+            else ExitCode.PASSED,
+            fault=fault,
+            evaluation=None,
+            target=run.info,
+        )
     if run.info is None and fault is not None:
         return RunResult(
             run_dir=config.run_dir,
@@ -340,10 +405,8 @@ def _judge(config: RunConfig, run: _Run, fault: RunFault | None) -> RunResult:
 
 
 def _report(run_dir: Path, evaluation: Evaluation, data: Any) -> Sequence[str]:
-    try:
-        from gate.outputs.html.report import write_report
-    except ImportError:
-        return ("report.html skipped: gate.outputs.html.report is not available in this build",)
+    from gate.outputs.html.report import write_report
+
     try:
         write_report(run_dir, evaluation, run=data)
     except Exception as exc:  # the report is a convenience: its failure must not hide verdicts

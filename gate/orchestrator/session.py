@@ -1,7 +1,7 @@
 """One profile of a run: observers up, load process, watch for faults, drain, observers down.
 
-Owns the per-profile sequence of docs/architecture.md — a `start` scrape, the sampler / scraper / step
-fetcher threads, `python -m loadgen` as a child process (never locust in this process), the
+Owns the per-profile sequence of docs/architecture.md — a `start` scrape, the sampler / scraper /
+step fetcher threads, `python -m loadgen` as a child process (never locust in this process), the
 watch loop (load finished? target alive? live view), the `end` scrape, the bounded wait until
 the target has nothing in flight, the `drain` scrape (the KV-leak check) — and the outcome:
 completed, stopped early by an `abort_on_fail` gate (`abort.json`, then the same end scrape and

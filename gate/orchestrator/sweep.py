@@ -26,6 +26,7 @@ class SearchSpec:
     profile: str
     scale: str
     overrides: dict[str, dict[str, Any]]  # profile -> key -> value, from --set
+    requests_per_point: int  # each point sends this many, whatever its rate and the scale
     min_rate: float
     max_rate: float
     tolerance: float
@@ -77,15 +78,16 @@ def _outcome(result: RunResult) -> Point:
 class Search:
     """Bracket-and-bisect over the offered rate of one profile, one short run per point."""
 
-    def __init__(
-        self, spec: SearchSpec, base: RunConfig, sweep_dir: Path, view: LiveView
-    ) -> None:
+    def __init__(self, spec: SearchSpec, base: RunConfig, sweep_dir: Path, view: LiveView) -> None:
         self.args, self.base, self.sweep_dir, self.view = spec, base, sweep_dir, view
         self.points: list[Point] = []
 
     def measure(self, rate: float) -> Point:
         extra = {k: dict(v) for k, v in self.args.overrides.items()}
-        extra.setdefault(self.args.profile, {})["rate_rps"] = rate
+        knobs = extra.setdefault(self.args.profile, {})
+        knobs["rate_rps"] = rate
+        # As many requests at every rate: a low rate is not inconclusive for lack of samples.
+        knobs["duration_seconds"] = self.args.requests_per_point / rate
         plans = resolve_plans(
             [self.args.profile], self.base.gates_file, scale=self.args.scale, extra_overrides=extra
         )

@@ -117,15 +117,34 @@ class TargetClient:
         response = self._get("/admin/steps?limit=1", self._admin_headers)
         return response.status_code == 200
 
-    def scrape(self) -> tuple[str, dict[str, Any]]:
-        """(server kind, glossary metrics) from one /metrics scrape; raises TargetError."""
+    def raw_samples(self) -> dict[str, list[tuple[dict[str, str], float]]]:
+        """One /metrics scrape as sample name -> [(labels, value)]; raises TargetError."""
         response = self._get("/metrics", self._api_headers)
         if response.status_code != 200:
             raise TargetError(f"{self.url}/metrics answered HTTP {response.status_code}")
         try:
-            samples = parse_exposition(response.text)
+            return parse_exposition(response.text)
         except (ValueError, TypeError, IndexError) as exc:
             raise TargetError(f"{self.url}/metrics is not a Prometheus exposition: {exc}") from exc
+
+    def llamacpp_context(self) -> int | None:
+        """llama.cpp's context size in tokens from `/props`, when the target is one."""
+        try:
+            response = self._get("/props", self._api_headers)
+            body = response.json() if response.status_code == 200 else None
+        except (TargetError, ValueError):
+            return None
+        if not isinstance(body, dict):
+            return None
+        settings = body.get("default_generation_settings")
+        n_ctx = body.get("n_ctx")
+        if n_ctx is None and isinstance(settings, dict):
+            n_ctx = settings.get("n_ctx")
+        return int(n_ctx) if isinstance(n_ctx, (int, float)) and n_ctx > 0 else None
+
+    def scrape(self) -> tuple[str, dict[str, Any]]:
+        """(server kind, glossary metrics) from one /metrics scrape; raises TargetError."""
+        samples = self.raw_samples()
         kind = detect_server_kind(samples)
         metrics, _ = map_metrics(kind, samples)
         return kind, metrics

@@ -6,7 +6,8 @@ file the deciding check read, the profile's warm-up and a clock anchor it used (
 written yet while a load runs), and the verdict as judged then — plus writing and reading it and
 the stand-in for load.json that the deciding check used. With the line counts, a later reader
 sees exactly what the check saw, so `batchgate check` judges the same failure again. It does
-not decide anything (`gate.verdicts.evaluate`, `gate.verdicts.judge`) or read the record files (`gate.rundir.run`).
+not decide anything (`gate.verdicts.evaluate`, `gate.verdicts.judge`) or read the record files
+(`gate.rundir.run`).
 """
 
 from __future__ import annotations

@@ -6,7 +6,7 @@ format and version this module reads and the JSONL's current byte size, every ar
 documented dtype and the stamp's record count as length, and the JSONL's first and last lines
 agree with the first and last rows (counting the lines would cost a full read); otherwise
 `read_mirror` returns None and the caller parses the JSONL (the source of truth). Per-token ITL
-gaps are computed block by block through `gate.derive.itl_gaps`, as for the JSONL. It does not
+gaps are computed block by block through `gate.rundir.gaps.itl_gaps`, as for the JSONL. It does not
 parse JSONL
 (`gate.rundir.requests`) and never imports the writer (`loadgen`).
 """

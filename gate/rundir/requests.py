@@ -2,7 +2,7 @@
 
 Owns turning request records into arrays: times as float64 seconds (NaN for null), categorical
 fields (status, stage, priority, length class, endpoint) as small integer codes with their names,
-and per-token ITL gaps (computed block by block through `gate.derive.itl_gaps`, so a million
+and per-token ITL gaps (computed block by block through `gate.rundir.gaps.itl_gaps`, so a million
 records with 32 chunks each never exist as Python floats all at once). It tolerates a partial
 final line and reports it; any other unreadable line is a RecordsError with its line number. When
 the load generator left a matching columnar mirror (`gate.rundir.columns`), it reads that
@@ -117,9 +117,7 @@ _CACHE_VERSION = 2
 _ARRAY_FIELDS = (*_FLOAT_FIELDS, "itl_seconds", "itl_counts")
 
 
-def read_requests(
-    path: str | Path, *, max_records: int | None = None
-) -> RequestColumns:
+def read_requests(path: str | Path, *, max_records: int | None = None) -> RequestColumns:
     """Read one requests.jsonl; raises RecordsError (with line number) on a corrupt line.
 
     `max_records` reads only the file's first that-many lines (complete lines: what a reader

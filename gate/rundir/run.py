@@ -101,6 +101,9 @@ class RunData:
     manifest: dict[str, Any] | None
     profiles: dict[str, ProfileData]
     notes: tuple[str, ...] = field(default=())
+    # calibration.json (docs/calibration.md): what relative thresholds ("4x unloaded") resolve
+    # against; None when the run was not calibrated.
+    calibration: dict[str, Any] | None = None
 
 
 def _read_json(path: Path) -> dict[str, Any] | None:
@@ -300,7 +303,13 @@ def load_run(path: str | Path) -> RunData:
     finally:
         if was_enabled:
             gc.enable()
-    return RunData(path=str(root), manifest=manifest, profiles=profiles, notes=tuple(notes))
+    return RunData(
+        path=str(root),
+        manifest=manifest,
+        profiles=profiles,
+        notes=tuple(notes),
+        calibration=_read_json(root / "calibration.json"),
+    )
 
 
 def provenance(run: RunData, profile: str) -> dict[str, str | None]:

@@ -3,8 +3,8 @@ incremental form for `abort_on_fail`), and the exit code those verdicts give.
 
 Owns `evaluate` (every gate, the run's notes, the inconclusive policy) and IncrementalEvaluator
 (only confident failures of abort gates, after a grace period). The judgement rules live in
-`gate.verdicts.assess` (per statistic kind) and `gate.verdicts.judge` (per gate and profile); their public names
-stay importable from here. It does not read files (`gate.rundir.run`) or render (`gate.outputs`).
+`gate.verdicts.assess` (per statistic kind) and `gate.verdicts.judge` (per gate and profile). It
+does not read files (`gate.rundir.run`) or render (`gate.outputs`).
 """
 
 from __future__ import annotations
@@ -26,7 +26,7 @@ def _run_notes(run: RunData) -> tuple[str, ...]:
 
 
 def exit_code_for(verdicts: list[Verdict], *, inconclusive_policy: str) -> ExitCode:
-    """docs/exit-codes.md: fail (1) beats no data (5) beats inconclusive (3, by policy) beats pass."""
+    """Fail (1) beats no data (5) beats inconclusive (3, by policy) beats pass (exit-codes.md)."""
     blocking = [v.status for v in verdicts if v.blocking]
     if Status.FAIL in blocking:
         return ExitCode.FAILED

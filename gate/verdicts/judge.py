@@ -2,9 +2,10 @@
 
 Owns turning a gate into a Verdict per profile: which profiles a gate covers, fail-closed
 handling (no data, profile missing, dead target, invalid measurement never pass), measuring the
-gate's scope through `gate.metrics.derive`, ratio-between-scopes gates (Bonferroni-split bounds) and
-baseline-regression gates (limits from the stored value). It knows a baseline only through
-`value(key)` and `mismatches(provenance, fields)`; the per-statistic rules are `gate.verdicts.assess`.
+gate's scope through `gate.metrics.derive`, ratio-between-scopes gates (Bonferroni-split bounds)
+and baseline-regression gates (limits from the stored value). It knows a baseline only through
+`value(key)` and `mismatches(provenance, fields)`; the per-statistic rules are
+`gate.verdicts.assess`.
 """
 
 from __future__ import annotations
@@ -25,6 +26,7 @@ from gate.stats import Bounds, mean_bounds, quantile_with_bounds
 from gate.units import Threshold, UnitKind
 from gate.verdicts.assess import Assessment, assess, bounds_judgement, combine, point_value
 from gate.verdicts.model import Status, Verdict
+from gate.verdicts.relative import resolve_relative
 
 __all__ = ["BaselineLike", "measure_key", "verdicts_for"]
 
@@ -168,7 +170,12 @@ def _judge_abort(ctx: _Context, gate: Gate, profile: ProfileData) -> Verdict | N
         return None
     if abort.elapsed_seconds < ctx.settings.abort_grace_seconds:
         return None
-    snapshot = RunData(path=ctx.run.path, manifest=None, profiles={profile.name: view})
+    snapshot = RunData(
+        path=ctx.run.path,
+        manifest=None,
+        profiles={profile.name: view},
+        calibration=ctx.run.calibration,
+    )
     # As during the run: no baseline, and the files as they were (partial).
     verdict = _judge(_Context(snapshot, ctx.gates_file, None, True), gate, profile.name)
     if not verdict.confident_failure:
@@ -387,5 +394,19 @@ def verdicts_for(
                     ctx.settings.confidence,
                 )
             )
-        verdicts.extend(_judge(ctx, gate, name) for name in names)
+        resolved, problem = resolve_relative(gate, run.calibration)
+        if problem is not None:
+            verdicts.extend(
+                _verdict(
+                    gate,
+                    name,
+                    Status.NO_DATA,
+                    Assessment(outcome="no_data", reason=problem),
+                    gate.fail or gate.warn,
+                    ctx.settings.confidence,
+                )
+                for name in names
+            )
+            continue
+        verdicts.extend(_judge(ctx, resolved, name) for name in names)
     return verdicts

@@ -274,6 +274,11 @@ class _EngineCollector:
             "KV cache blocks in the pool (capacity).",
             stats.num_kv_blocks_total,
         )
+        yield _gauge(
+            "kv_capacity_tokens",
+            "KV cache capacity in tokens (blocks * block size).",
+            stats.num_kv_tokens_total,
+        )
         yield _gauge("kv_usage_ratio", "KV blocks used / total (0..1).", stats.kv_usage_ratio)
         yield _gauge(
             "kv_usage_peak_ratio",

@@ -16,12 +16,7 @@ CASES = [
     ("big_window", "night_trickle", "trickle_ttft@night_trickle", "interactive.max_wait_ms"),
     ("static", "mixed_lengths", "mixed_short_e2e@mixed_lengths", "policy"),
     ("small_kv", "burst", "burst_recompute_ratio@burst", "kv_cache_memory_bytes"),
-    (
-        "shared_queue",
-        "night_trickle,priority_mix",
-        "priority_isolation@priority_mix",
-        "shared_queue",
-    ),
+    ("shared_queue", "priority_mix", "priority_precedence@priority_mix", "shared_queue"),
 ]
 
 
@@ -44,7 +39,7 @@ def test_failure_preset_fails_its_gate(
     assert "--to safe" in (done.run_dir / "summary.md").read_text(encoding="utf-8")
     manifest = read_json(done.run_dir / "manifest.json")
     assert manifest["preset"] == preset and manifest["ended"] == "completed"
-    if preset == "shared_queue":
-        # The ratio to the unloaded TTFT: ~34x against a 16x limit on the dev machine.
-        assert verdict(verdicts, "priority_isolation@priority_mix")["status"] != "pass"
+    calibration = read_json(done.run_dir / "calibration.json")
+    assert calibration["unloaded"]["short"]["ttft"]["p50"] > 0
+    assert calibration["capacity"]["short"]["rps"] > 0
     assert_no_strays(done.run_dir)

@@ -10,8 +10,8 @@ from e2e_support import REPO, assert_no_strays, batchgate_argv, read_json
 
 pytestmark = pytest.mark.slow
 
-# With constant arrivals the steady profile's achieved rate is its offered rate (6 s at smoke
-# scale), so a ceiling on the achieved rate puts the knee between 1 and 2 req/s on any machine.
+# With constant arrivals the steady profile's achieved rate is its offered rate (8 requests per
+# point), so a ceiling on the achieved rate puts the knee between 1 and 2 req/s on any machine.
 GATES = """\
 version: 1
 gates:
@@ -45,6 +45,10 @@ def test_sweep_finds_the_knee_and_the_binding_gate(tmp_path: Path) -> None:
             "2",
             "--tolerance",
             "0.6",
+            "--requests-per-point",
+            "8",
+            "--calibration",
+            "off",
         ),
         cwd=REPO,
         capture_output=True,

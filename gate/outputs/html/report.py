@@ -2,8 +2,8 @@
 
 Owns the page's order and the one public call, `write_report(run_dir, evaluation=None)`, which
 `batchgate run` and `batchgate report` use: gate verdicts (from the evaluation given, else the
-run's verdicts.json), per profile the load summary and every figure of `gate.outputs.html.series`, the
-run's notes, and provenance from manifest.json. It does not evaluate gates or print anything.
+run's verdicts.json), per profile the load summary and every figure of `gate.outputs.html.series`,
+the run's notes, and provenance from manifest.json. It does not evaluate gates or print anything.
 """
 
 from __future__ import annotations

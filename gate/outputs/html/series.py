@@ -3,10 +3,10 @@
 Owns what each figure shows and where its numbers come from: latency CDFs (TTFT, ITL, E2E,
 split by priority and length class where a profile has more than one), and time series in bins
 over the profile (offered / achieved / completed rate, rolling p99 TTFT per class, queue length
-per class, KV usage, memory, step latency), each bin's value being `gate.derive.measure` on the
-profile clipped to that bin (`gate.outputs.html.slices`). Stages (burst baseline / spike / recovery)
-and the warm-up become shaded bands. A figure without data carries the reason instead. It does
-not draw (`gate.outputs.html.svg`) or lay out the page (`gate.outputs.html.report`).
+per class, KV usage, memory, step latency), each bin's value being `gate.metrics.derive.measure` on
+the profile clipped to that bin (`gate.outputs.html.slices`). Stages (burst baseline / spike /
+recovery) and the warm-up become shaded bands. A figure without data carries the reason instead. It
+does not draw (`gate.outputs.html.svg`) or lay out the page (`gate.outputs.html.report`).
 """
 
 from __future__ import annotations

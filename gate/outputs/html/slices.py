@@ -1,9 +1,9 @@
-"""A profile's data clipped to one time interval, so `gate.metrics.derive` can measure it bin by bin.
+"""A profile's data clipped to one time interval, so `gate.metrics.derive` measures it per bin.
 
 Owns cutting a `ProfileData` down to the requests sent in an interval (with their ITL gaps),
 the step records, scrapes and sampler records observed in it, and a load.json whose window is
-that interval (no warm-up). Handing such a slice to `gate.derive.measure` is how the report gets
-time series without a second copy of any formula. It does not know which metric is measured.
+that interval (no warm-up). Handing such a slice to `gate.metrics.derive.measure` is how the report
+gets time series without a second copy of any formula. It does not know which metric is measured.
 """
 
 from __future__ import annotations

@@ -1,0 +1,116 @@
+"""`batchgate calibrate`: measure a target's unloaded service time and capacity alone.
+
+Runs the first phase of `batchgate run` (docs/calibration.md) against the bundled server (with
+`--preset`'s start flags) or `--target`, writes `<out>/<id>/calibration.json` (and, with
+`--calibration auto`, the store entry later runs reuse) and prints what it measured. Exit 0, or
+5 when the target could not be calibrated; 2 for bad flags.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+from pathlib import Path
+from typing import Any
+
+from rich.console import Console
+from rich.table import Table
+
+from gate.commands._common import add_common_arguments, load_gates_and_preset
+from gate.errors import ExitCode, UsageError
+from gate.gates.reader import GatesFileError
+from gate.orchestrator.calibration import CALIBRATION_FILE
+from gate.orchestrator.live import LiveView
+from gate.orchestrator.plan import ProfilePlan
+from gate.orchestrator.runner import RunConfig, execute, new_run_id
+from gate.units import UnitKind, format_value
+
+__all__ = ["register", "run"]
+
+
+def register(subparsers: argparse._SubParsersAction) -> None:
+    parser = subparsers.add_parser(
+        "calibrate",
+        help="measure the target's unloaded service time and saturation capacity",
+        description="Calibrate a target (the first phase of `batchgate run`): lone requests "
+        "for the unloaded TTFT/E2E/TPOT/ITL, then a saturated closed loop for the capacity.",
+    )
+    add_common_arguments(parser)
+    parser.add_argument(
+        "--out", type=Path, default=Path("runs"), help="parent directory (default runs/)"
+    )
+    parser.add_argument("--run-id", help="name of the directory (default: time + random)")
+    parser.set_defaults(func=run)
+
+
+def run(args: argparse.Namespace) -> int:
+    err = Console(stderr=True, highlight=False, soft_wrap=True)
+    if args.calibration == "off":
+        err.print("batchgate calibrate: --calibration off leaves nothing to do", markup=False)
+        return int(ExitCode.USAGE)
+    try:
+        gates_file, preset = load_gates_and_preset(args)
+    except UsageError as exc:
+        err.print(f"batchgate calibrate: {exc}", markup=False)
+        return int(exc.code)
+    run_dir = args.out / f"calibrate-{args.run_id or new_run_id()}"
+    config = RunConfig(
+        gates_file=gates_file,
+        gates_text=args.gates.read_text(encoding="utf-8"),
+        # No profile is run; the plan only names the run's profile set for the manifest.
+        plans=(ProfilePlan(name="calibration", overrides={}),),
+        scale="smoke",
+        run_dir=run_dir,
+        target_url=args.target,
+        preset_name=args.preset,
+        preset=preset,
+        server_args=tuple(args.server_arg),
+        api_key=args.api_key,
+        admin_token=args.admin_token,
+        load_workers=args.workers,
+        calibration=args.calibration,
+        calibrate_only=True,
+        write_report=False,
+    )
+    try:
+        result = execute(config, LiveView())
+    except (UsageError, GatesFileError) as exc:
+        err.print(f"batchgate calibrate: {exc}", markup=False)
+        return int(exc.exit_code)
+    path = run_dir / CALIBRATION_FILE
+    if result.exit_code != ExitCode.PASSED or not path.is_file():
+        reason = result.fault.message if result.fault is not None else "no calibration"
+        err.print(f"batchgate calibrate: {reason}", markup=False)
+        return int(ExitCode.NO_DATA)
+    _print(json.loads(path.read_text(encoding="utf-8")), path)
+    return int(ExitCode.PASSED)
+
+
+def _seconds(entry: dict[str, Any] | None, key: str) -> str:
+    value = (entry or {}).get(key)
+    return "—" if value is None else format_value(float(value), UnitKind.DURATION)
+
+
+def _print(data: dict[str, Any], path: Path) -> None:
+    out = Console(highlight=False)
+    table = Table(title="unloaded (lone short requests)")
+    for header in ("metric", "p50", "p90", "n"):
+        table.add_column(header)
+    for metric, entry in (data.get("unloaded", {}).get("short") or {}).items():
+        table.add_row(metric, _seconds(entry, "p50"), _seconds(entry, "p90"), str(entry["n"]))
+    out.print(table)
+    cap = (data.get("capacity") or {}).get("short") or {}
+    out.print(
+        f"capacity ({cap.get('users')} closed-loop users): {cap.get('rps', 0):.1f} req/s "
+        f"[{cap.get('rps_low', 0):.1f}, {cap.get('rps_high', 0):.1f}], "
+        f"{cap.get('output_tokens_per_second', 0):.0f} output tokens/s",
+        markup=False,
+    )
+    kv = data.get("kv_capacity") or {}
+    tokens = kv.get("tokens")
+    out.print(
+        f"KV capacity: {'unknown' if tokens is None else f'{tokens} tokens'} "
+        f"(source {kv.get('source')}); took {data.get('took_seconds')} s",
+        markup=False,
+    )
+    out.print(f"calibration: {path}", markup=False)

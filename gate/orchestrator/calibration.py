@@ -1,0 +1,315 @@
+"""Calibration of a target: its unloaded service time and saturation capacity (calibration.json).
+
+Owns the two measurement phases that relative profiles ("0.3x capacity") and relative
+thresholds ("< 4x unloaded") resolve against, both driven by the real load generator (its
+closed-loop mode, so timing is the same client as the run's), into `<run>/calibration/`:
+- lone: one user sends short requests back to back for a few seconds: TTFT, E2E, TPOT, ITL
+  medians and 90th percentiles of a request that never shares the server;
+- capacity: many users (closed loop, default 64) keep the server saturated: completed
+  requests/s and output tokens/s, with the spread over three sub-windows as the uncertainty.
+It also reads the KV capacity where the target tells it (the bundled server's block gauge).
+Approach after guidellm's `sweep` (a synchronous pass, then a throughput pass). It does not
+decide what the numbers are used for (`gate.orchestrator.relative`, `gate.verdicts.relative`).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import itertools
+import json
+import math
+import time
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from gate.errors import BatchgateError, ExitCode
+from gate.gates.model import GatesFile, Scope
+from gate.metrics.derive import measure
+from gate.orchestrator.live import LiveView
+from gate.orchestrator.plan import ProfilePlan, resolve_plans
+from gate.orchestrator.processes import ChildProcess
+from gate.orchestrator.session import ProfileSession, SessionSettings
+from gate.orchestrator.target import TargetClient
+from gate.rundir.run import RunData, RunDirError, load_run
+
+__all__ = [
+    "CALIBRATION_FILE",
+    "CALIBRATION_SCHEMA_VERSION",
+    "CalibrationError",
+    "CalibrationSpec",
+    "calibrate",
+    "kv_capacity",
+    "read_calibration",
+]
+
+CALIBRATION_FILE = "calibration.json"
+CALIBRATION_SCHEMA_VERSION = 1
+_PROFILE = "steady"  # the load generator's single-class profile; its rate is unused (closed)
+
+
+class CalibrationError(BatchgateError):
+    """The target could not be calibrated (no successful request, target died): no data."""
+
+    default_exit_code = ExitCode.NO_DATA
+
+
+@dataclasses.dataclass(frozen=True, kw_only=True)
+class CalibrationSpec:
+    """What a calibration sends: the short class of the default profiles, unless told."""
+
+    lone_seconds: float = 3.0
+    capacity_seconds: float = 4.0
+    capacity_users: int = 64
+    # A slow target gets longer phases, so that it yields as many samples as a fast one: the
+    # lone phase runs until `min_lone_requests` are done (in units of the first phase's E2E),
+    # the capacity phase for at least `capacity_e2e_multiple` lone E2Es (a saturated request
+    # takes several times a lone one; a few of those per user make a stable rate).
+    min_lone_requests: int = 12
+    capacity_e2e_multiple: float = 40.0
+    max_phase_seconds: float = 120.0
+    prompt_tokens: dict[str, Any] = dataclasses.field(
+        default_factory=lambda: {"kind": "uniform", "low": 16, "high": 64}
+    )
+    output_tokens: dict[str, Any] = dataclasses.field(
+        default_factory=lambda: {"kind": "uniform", "low": 8, "high": 16}
+    )
+
+    def __post_init__(self) -> None:
+        if not (self.lone_seconds > 0 and self.capacity_seconds > 0):
+            raise ValueError("calibration phases need a positive duration")
+        if self.capacity_users < 2:
+            raise ValueError("capacity_users must be >= 2")
+
+    def overrides(self, *, users: int, seconds: float) -> dict[str, Any]:
+        return {
+            "mode": "closed",
+            "users": users,
+            "duration_seconds": seconds,
+            "warmup_seconds": 0.0,
+            "prompt_tokens": self.prompt_tokens,
+            "output_tokens": self.output_tokens,
+            # Closed-loop users send the moment the previous answer ends: there is no schedule
+            # to lag behind, so only a saturated client (CPU) invalidates the phase.
+            "max_schedule_lag_p99_seconds": 3600.0,
+        }
+
+
+def _phase(
+    name: str,
+    overrides: dict[str, Any],
+    *,
+    run_dir: Path,
+    gates_file: GatesFile,
+    target: TargetClient,
+    server: ChildProcess | None,
+    has_step_records: bool,
+    settings: SessionSettings,
+    view: LiveView,
+    children: list[ChildProcess],
+) -> RunData:
+    empty = dataclasses.replace(gates_file, profiles={}, gates=())
+    (plan,) = resolve_plans(
+        [_PROFILE], empty, scale=settings.scale, extra_overrides={_PROFILE: overrides}
+    )
+    directory = run_dir / "calibration" / name
+    view.message(f"batchgate: calibrating the target ({name})")
+    session = ProfileSession(
+        plan=ProfilePlan(name=_PROFILE, overrides=plan.overrides, params=plan.params),
+        run_dir=directory,
+        target=target,
+        server=server,
+        has_step_records=has_step_records,
+        settings=settings,
+        view=view,
+        index=1,
+        total=1,
+        children=children,
+        gates_file=empty,
+    )
+    outcome = session.run()
+    if outcome.fault is not None:
+        raise CalibrationError(f"calibration ({name}) stopped: {outcome.fault.message}")
+    try:
+        return load_run(directory)
+    except RunDirError as exc:
+        raise CalibrationError(f"calibration ({name}) left no readable records: {exc}") from exc
+
+
+def _distribution(run: RunData, metric: str) -> dict[str, Any] | None:
+    profile = run.profiles[_PROFILE]
+    got = measure(profile, metric, "p50", Scope(), slos=None, settings=None, warmup_seconds=0.0)
+    values = getattr(got, "values", None)
+    if values is None or len(values) == 0:
+        return None
+    values = np.asarray(values, dtype=np.float64)
+    return {
+        "p50": float(np.quantile(values, 0.5)),
+        "p90": float(np.quantile(values, 0.9)),
+        "n": len(values),
+    }
+
+
+def _capacity(run: RunData, users: int) -> dict[str, Any]:
+    req = run.profiles[_PROFILE].requests
+    if req is None or req.n == 0:
+        raise CalibrationError("calibration (capacity): no request records")
+    ok = req.status.mask(("ok",))
+    ok = np.ones(req.n, dtype=bool) if ok is None else ok
+    done = req.done_at[ok]
+    tokens = np.nan_to_num(req.output_tokens[ok])
+    if len(done) < 2 * users:
+        raise CalibrationError(
+            f"calibration (capacity): only {len(done)} requests completed with {users} users"
+        )
+    # Skip the ramp (the first quarter of the phase): every user starts at once, so the first
+    # completions come in a wave; then three sub-windows give the spread.
+    start = float(np.nanmin(req.sent_at))
+    end = float(np.nanmax(done))
+    begin = start + 0.25 * (end - start)
+    edges = np.linspace(begin, end, 4)
+    rates, token_rates = [], []
+    for lo, hi in itertools.pairwise(edges):
+        inside = (done > lo) & (done <= hi)
+        rates.append(float(inside.sum()) / (hi - lo))
+        token_rates.append(float(tokens[inside].sum()) / (hi - lo))
+    inside = done > begin
+    seconds = end - begin
+    return {
+        "rps": float(inside.sum()) / seconds,
+        "rps_low": min(rates),
+        "rps_high": max(rates),
+        "output_tokens_per_second": float(tokens[inside].sum()) / seconds,
+        "output_tokens_per_second_low": min(token_rates),
+        "output_tokens_per_second_high": max(token_rates),
+        "mean_output_tokens": float(np.mean(tokens[inside])) if inside.any() else math.nan,
+        "users": users,
+        "n": int(inside.sum()),
+    }
+
+
+def _client(run: RunData) -> dict[str, Any]:
+    load = run.profiles[_PROFILE].load or {}
+    return {
+        "measurement_valid": bool(load.get("measurement_valid")),
+        "reasons": list(load.get("measurement_invalid_reasons") or load.get("reasons") or []),
+        "client_cpu_ratio": load.get("client_cpu_ratio"),
+    }
+
+
+def kv_capacity(samples: dict[str, list[tuple[dict[str, str], float]]]) -> dict[str, Any]:
+    """KV capacity in tokens from one /metrics exposition, where the server says it: the
+    bundled server's gauge, vLLM's `cache_config_info` labels (blocks x block size), SGLang's
+    `max_total_num_tokens`. Else unknown (never a guess)."""
+
+    def first(name: str) -> tuple[dict[str, str], float] | None:
+        values = samples.get(name) or []
+        return values[0] if values else None
+
+    bundled = first("batchgate_kv_capacity_tokens")
+    if bundled is not None:
+        return {"tokens": int(bundled[1]), "source": "batchgate_kv_capacity_tokens"}
+    vllm = first("vllm:cache_config_info")
+    if vllm is not None:
+        labels = vllm[0]
+        try:
+            tokens = int(float(labels["num_gpu_blocks"])) * int(float(labels["block_size"]))
+        except (KeyError, ValueError):
+            tokens = None
+        if tokens:
+            return {"tokens": tokens, "source": "vllm:cache_config_info"}
+    sglang = first("sglang:max_total_num_tokens")
+    if sglang is not None:
+        return {"tokens": int(sglang[1]), "source": "sglang:max_total_num_tokens"}
+    return {"tokens": None, "source": "unknown"}
+
+
+def _kv_capacity(target: TargetClient) -> dict[str, Any]:
+    try:
+        samples = target.raw_samples()
+    except BatchgateError:
+        return {"tokens": None, "source": "unknown"}
+    found = kv_capacity(samples)
+    if found["tokens"] is None:
+        n_ctx = target.llamacpp_context()
+        if n_ctx:
+            return {"tokens": n_ctx, "source": "llama.cpp /props n_ctx"}
+    return found
+
+
+def calibrate(
+    *,
+    spec: CalibrationSpec,
+    run_dir: Path,
+    gates_file: GatesFile,
+    target: TargetClient,
+    server: ChildProcess | None,
+    has_step_records: bool,
+    settings: SessionSettings,
+    view: LiveView,
+    children: list[ChildProcess],
+    identity: dict[str, Any],
+) -> dict[str, Any]:
+    """Measure the target, write `<run_dir>/calibration.json` and return its content."""
+    started = time.monotonic()
+    common = {
+        "run_dir": run_dir,
+        "gates_file": gates_file,
+        "target": target,
+        "server": server,
+        "has_step_records": has_step_records,
+        "settings": settings,
+        "view": view,
+        "children": children,
+    }
+    lone = _phase("lone", spec.overrides(users=1, seconds=spec.lone_seconds), **common)
+    unloaded = {m: _distribution(lone, m) for m in ("ttft", "e2e", "tpot", "itl")}
+    if unloaded["e2e"] is None or unloaded["ttft"] is None:
+        raise CalibrationError("calibration (lone): no successful request")
+    if unloaded["e2e"]["n"] < spec.min_lone_requests:
+        # A slow target: measure again for long enough to get the samples a fast one gives.
+        seconds = min(spec.max_phase_seconds, 1.2 * spec.min_lone_requests * unloaded["e2e"]["p50"])
+        lone = _phase("lone-long", spec.overrides(users=1, seconds=seconds), **common)
+        unloaded = {m: _distribution(lone, m) for m in ("ttft", "e2e", "tpot", "itl")}
+        if unloaded["e2e"] is None or unloaded["ttft"] is None:
+            raise CalibrationError("calibration (lone): no successful request")
+    users = spec.capacity_users
+    capacity_seconds = min(
+        spec.max_phase_seconds,
+        max(spec.capacity_seconds, spec.capacity_e2e_multiple * unloaded["e2e"]["p50"]),
+    )
+    loaded = _phase("capacity", spec.overrides(users=users, seconds=capacity_seconds), **common)
+    data = {
+        "schema_version": CALIBRATION_SCHEMA_VERSION,
+        "identity": identity,
+        "spec": dataclasses.asdict(spec),
+        "unloaded": {"short": {k: v for k, v in unloaded.items() if v is not None}},
+        "capacity": {"short": _capacity(loaded, users)},
+        "kv_capacity": _kv_capacity(target),
+        "client": {"lone": _client(lone), "capacity": _client(loaded)},
+        "took_seconds": round(time.monotonic() - started, 3),
+        "measured_at": time.time(),
+    }
+    write_calibration(run_dir / CALIBRATION_FILE, data)
+    return data
+
+
+def write_calibration(path: Path, data: dict[str, Any]) -> None:
+    tmp = path.with_name(path.name + ".tmp")
+    tmp.write_text(json.dumps(data, indent=2, allow_nan=False) + "\n", encoding="utf-8")
+    tmp.replace(path)
+
+
+def read_calibration(path: Path) -> dict[str, Any]:
+    """A saved calibration.json; raises CalibrationError (usage, exit 2) when unusable."""
+    try:
+        data = json.loads(Path(path).read_text(encoding="utf-8"))
+    except (OSError, ValueError) as exc:
+        raise CalibrationError(f"{path}: cannot read calibration: {exc}", ExitCode.USAGE) from None
+    if not isinstance(data, dict) or data.get("schema_version") != CALIBRATION_SCHEMA_VERSION:
+        raise CalibrationError(
+            f"{path}: not a calibration.json of schema version {CALIBRATION_SCHEMA_VERSION}",
+            ExitCode.USAGE,
+        )
+    return data

@@ -1,0 +1,229 @@
+"""The calibration phase of a run: whether to calibrate, measure or reuse, and what follows.
+
+Owns the decision (`--calibration fresh|auto|off|FILE`), the reuse of a saved calibration of the
+same target (server kind, model, batching settings hash, start flags, hardware, calibration spec:
+`identity_key`) from a store directory, switching a failure preset's live knobs to the reference
+preset while measuring on the bundled server (so "unloaded" is what the reference settings give a
+lone request), and resolving the profiles written relative to the target into absolute numbers,
+validated again by the load generator. It does not measure (`gate.orchestrator.calibration`).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import hashlib
+import json
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+from gate.errors import ExitCode, UsageError
+from gate.gates.model import GatesFile
+from gate.orchestrator.calibration import (
+    CALIBRATION_FILE,
+    CalibrationError,
+    CalibrationSpec,
+    calibrate,
+    read_calibration,
+    write_calibration,
+)
+from gate.orchestrator.live import LiveView
+from gate.orchestrator.plan import ProfilePlan, resolve_plans
+from gate.orchestrator.presets import REFERENCE_PRESET, live_settings, server_flags
+from gate.orchestrator.processes import ChildProcess
+from gate.orchestrator.relative import RelativeError, absolute_overrides
+from gate.orchestrator.session import SessionSettings
+from gate.orchestrator.target import TargetClient, TargetInfo
+
+__all__ = ["CalibrationPhase", "PhaseResult", "identity_key"]
+
+MODES = ("fresh", "auto", "off")
+
+
+@dataclasses.dataclass(frozen=True, kw_only=True)
+class PhaseResult:
+    calibration: dict[str, Any]
+    plans: tuple[ProfilePlan, ...]
+    manifest_entry: dict[str, Any]
+    relative_profiles: dict[str, Any]
+
+
+def identity_key(identity: Mapping[str, Any]) -> str:
+    """A stable hash of what a calibration is valid for (the URL's port is not part of it)."""
+    text = json.dumps(identity, sort_keys=True, default=str)
+    return hashlib.sha256(text.encode("utf-8")).hexdigest()[:16]
+
+
+@dataclasses.dataclass(kw_only=True)
+class CalibrationPhase:
+    mode: str
+    spec: CalibrationSpec
+    store_dir: Path
+    run_dir: Path
+    gates_file: GatesFile
+    preset: Mapping[str, Any] | None
+    bundled: bool
+    admin_token: str | None
+    scale: str
+    view: LiveView
+
+    def run(
+        self,
+        *,
+        plans: Sequence[ProfilePlan],
+        target: TargetClient,
+        info: TargetInfo,
+        server: ChildProcess | None,
+        settings: SessionSettings,
+        children: list[ChildProcess],
+        hardware: Mapping[str, Any],
+    ) -> PhaseResult | None:
+        if self.mode == "off":
+            if any(p.relative for p in plans):
+                raise UsageError(
+                    "profiles are sized relative to the target but --calibration is off",
+                    ExitCode.USAGE,
+                )
+            return None
+        identity = self._identity(info, hardware)
+        key = identity_key(identity)
+        data, source = None, self.mode
+        if self.mode == "auto":
+            data = self._saved(key)
+            source = "auto: reused" if data is not None else "auto: measured"
+        elif self.mode != "fresh":
+            data = read_calibration(Path(self.mode))
+            source = f"file: {self.mode}"
+        if data is None:
+            data = self._measure(target, info, server, settings, children, identity)
+            if self.mode == "auto":
+                self._save(key, data)
+        else:
+            self.view.message(f"batchgate: reusing a calibration ({source})")
+        data = {**data, "source": source}
+        write_calibration(self.run_dir / CALIBRATION_FILE, data)
+        resolved, relative_profiles = self._resolve(plans, data)
+        entry = {
+            "source": source,
+            "identity_key": key,
+            "unloaded": data.get("unloaded"),
+            "capacity": data.get("capacity"),
+            "kv_capacity": data.get("kv_capacity"),
+            "took_seconds": data.get("took_seconds"),
+        }
+        return PhaseResult(
+            calibration=data,
+            plans=resolved,
+            manifest_entry=entry,
+            relative_profiles=relative_profiles,
+        )
+
+    def _identity(self, info: TargetInfo, hardware: Mapping[str, Any]) -> dict[str, Any]:
+        target = info.to_manifest()
+        return {
+            "server_kind": target.get("server_kind"),
+            "model": target.get("model"),
+            # The bundled server's start flags (KV size) and live settings; a foreign server's
+            # URL stands in for what we cannot see of its settings.
+            "batching_hash": target.get("batching_hash"),
+            "start_flags": server_flags(self.preset or {}) if self.bundled else None,
+            "url": None if self.bundled else target.get("url"),
+            "hardware": {k: hardware.get(k) for k in ("cpu", "cpu_count", "gpu", "driver")},
+            "spec": dataclasses.asdict(self.spec),
+        }
+
+    def _saved(self, key: str) -> dict[str, Any] | None:
+        path = self.store_dir / f"{key}.json"
+        if not path.is_file():
+            return None
+        try:
+            return read_calibration(path)
+        except CalibrationError:
+            return None  # an unreadable store entry is measured afresh and replaced
+
+    def _save(self, key: str, data: dict[str, Any]) -> None:
+        try:
+            self.store_dir.mkdir(parents=True, exist_ok=True)
+            write_calibration(self.store_dir / f"{key}.json", data)
+        except OSError as exc:
+            self.view.message(f"batchgate: could not save the calibration: {exc}")
+
+    def _measure(
+        self,
+        target: TargetClient,
+        info: TargetInfo,
+        server: ChildProcess | None,
+        settings: SessionSettings,
+        children: list[ChildProcess],
+        identity: dict[str, Any],
+    ) -> dict[str, Any]:
+        reference = self.gates_file.presets.get(REFERENCE_PRESET)
+        swap = (
+            self.bundled
+            and self.preset is not None
+            and reference is not None
+            and bool(live_settings(self.preset))
+        )
+        if swap:
+            self._apply(target, live_settings(reference))
+        try:
+            return calibrate(
+                spec=self.spec,
+                run_dir=self.run_dir,
+                gates_file=self.gates_file,
+                target=target,
+                server=server,
+                has_step_records=info.has_step_records,
+                settings=settings,
+                view=self.view,
+                children=children,
+                identity={**identity, "reference_preset": REFERENCE_PRESET if swap else None},
+            )
+        finally:
+            if swap:
+                assert self.preset is not None
+                self._apply(target, live_settings(self.preset))
+
+    def _apply(self, target: TargetClient, settings: dict[str, Any]) -> None:
+        from gate.rollback import RollbackError, apply_preset
+
+        try:
+            apply_preset(target.url, settings, admin_token=self.admin_token)
+        except RollbackError as exc:
+            raise UsageError(
+                f"cannot change the batching settings for calibration: {exc}", ExitCode.NO_DATA
+            ) from exc
+
+    def _resolve(
+        self, plans: Sequence[ProfilePlan], calibration: Mapping[str, Any]
+    ) -> tuple[tuple[ProfilePlan, ...], dict[str, Any]]:
+        relative = [p for p in plans if p.relative]
+        if not relative:
+            return tuple(plans), {}
+        try:
+            absolute = {
+                p.name: absolute_overrides(p.overrides, p.relative, p.params, calibration)
+                for p in relative
+            }
+        except RelativeError as exc:
+            raise UsageError(str(exc), exc.exit_code) from None
+        # Validated again by the load generator, now with the numbers it will run.
+        empty = dataclasses.replace(self.gates_file, profiles={})
+        resolved = {
+            p.name: p
+            for p in resolve_plans(
+                list(absolute), empty, scale=self.scale, extra_overrides=absolute
+            )
+        }
+        out = tuple(
+            dataclasses.replace(resolved[p.name], relative=p.relative) if p.name in resolved else p
+            for p in plans
+        )
+        entries = {
+            p.name: {
+                "relative": p.relative,
+                "resolved": {k: resolved[p.name].overrides.get(k) for k in p.relative},
+            }
+            for p in relative
+        }
+        return out, entries

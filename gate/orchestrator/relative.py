@@ -1,0 +1,160 @@
+"""Profile parameters stated relative to the target's calibration, and their absolute values.
+
+Owns the forms a profile override may take besides a number (docs/calibration.md):
+- a rate (`rate_rps`, `base_rate_rps`, `spike_rate_rps`, ...): `"0.3x capacity"` — a multiple
+  of the saturation capacity for the profile's own mix (calibrated output tokens/s divided by
+  the mix's mean output tokens per request) — or `"0.25x lone"` — a multiple of one lone
+  request's rate (1 / the unloaded E2E median): at 0.25x, a request finds the server busy
+  about a quarter of the time;
+- a duration (`main_seconds`, `baseline_seconds`, `spike_seconds`, `recovery_seconds`,
+  `duration_seconds`): `"400 requests"` — as long as the stage's rate takes to send that many
+  (scaled by `--scale` like seconds), or `"20x unloaded"` — a multiple of the unloaded E2E.
+A slower target then gets the same load relative to what it can do and the same number of
+samples per gate. Before calibration, `placeholders` stands a number in for each relative value
+so the load generator can validate the rest. It does not measure anything.
+"""
+
+from __future__ import annotations
+
+import math
+import re
+from collections.abc import Mapping
+from typing import Any
+
+from gate.errors import BatchgateError, ExitCode
+
+__all__ = ["RelativeError", "absolute_overrides", "placeholders", "relative_values"]
+
+_RATE_KEYS = ("rate_rps", "base_rate_rps", "spike_rate_rps", "start_rate_rps", "end_rate_rps")
+# Which rate a duration's "N requests" divides by.
+_DURATION_RATE = {
+    "main_seconds": "base_rate_rps",
+    "baseline_seconds": "base_rate_rps",
+    "recovery_seconds": "base_rate_rps",
+    "spike_seconds": "spike_rate_rps",
+    "duration_seconds": "rate_rps",
+}
+_FACTOR_RE = re.compile(r"^\s*((?:\d+\.?\d*|\.\d+)(?:[eE][-+]?\d+)?)\s*x\s+([a-z]+)\s*$")
+_COUNT_RE = re.compile(r"^\s*(\d+)\s+requests?\s*$")
+
+
+class RelativeError(BatchgateError, ValueError):
+    """A relative profile value that cannot be read or resolved (usage error, exit 2)."""
+
+    default_exit_code = ExitCode.USAGE
+
+
+def relative_values(profile: str, overrides: Mapping[str, Any]) -> dict[str, str]:
+    """The overrides written in relative form, validated; raises RelativeError naming the key."""
+    found: dict[str, str] = {}
+    for key, value in overrides.items():
+        if not isinstance(value, str):
+            continue
+        if key in _RATE_KEYS:
+            match = _FACTOR_RE.match(value)
+            if not match or match.group(2) not in ("capacity", "lone"):
+                raise RelativeError(
+                    f"profiles.{profile}.{key}: {value!r} is not a rate; write a number of "
+                    'requests/s, "0.3x capacity" or "0.25x lone"'
+                )
+        elif key in _DURATION_RATE:
+            match = _FACTOR_RE.match(value)
+            if not (_COUNT_RE.match(value) or (match and match.group(2) == "unloaded")):
+                raise RelativeError(
+                    f"profiles.{profile}.{key}: {value!r} is not a duration; write seconds, "
+                    '"400 requests" or "20x unloaded"'
+                )
+        else:
+            continue
+        if match is not None and not float(match.group(1)) > 0:
+            raise RelativeError(f"profiles.{profile}.{key}: {value!r} must be positive")
+        found[key] = value
+    return found
+
+
+def placeholders(overrides: Mapping[str, Any], relative: Mapping[str, str]) -> dict[str, Any]:
+    """The overrides with 1.0 in place of each relative value (for validation only)."""
+    return {k: (1.0 if k in relative else v) for k, v in overrides.items()}
+
+
+def _mean_tokens(dist: Any) -> float:
+    if isinstance(dist, (int, float)):
+        return float(dist)
+    if not isinstance(dist, Mapping):
+        raise RelativeError(f"cannot take the mean of length distribution {dist!r}")
+    kind = dist.get("kind")
+    low, high = dist.get("min", 1), dist.get("max", math.inf)
+    if kind == "fixed":
+        mean = float(dist["value"])
+    elif kind == "uniform":
+        mean = (float(dist["low"]) + float(dist["high"])) / 2.0
+    elif kind == "lognormal":
+        mean = float(dist["median"]) * math.exp(float(dist["sigma"]) ** 2 / 2.0)
+    elif kind == "normal":
+        mean = float(dist["mean"])
+    else:
+        raise RelativeError(f"cannot take the mean of a {kind!r} length distribution")
+    return min(max(mean, float(low)), float(high))
+
+
+def mix_output_tokens(params: Mapping[str, Any]) -> float:
+    """Mean output tokens per request of a resolved profile's mix."""
+    short = _mean_tokens(params.get("output_tokens", 12))
+    if "long_share" in params and "long_output_tokens" in params:
+        share = float(params["long_share"])
+        return (1.0 - share) * short + share * _mean_tokens(params["long_output_tokens"])
+    if "batch_share" in params and "batch_output_tokens" in params:
+        share = float(params["batch_share"])
+        return (1.0 - share) * short + share * _mean_tokens(params["batch_output_tokens"])
+    return short
+
+
+def _reference(calibration: Mapping[str, Any], *path: str) -> float:
+    node: Any = calibration
+    for key in path:
+        node = node.get(key) if isinstance(node, Mapping) else None
+    if not isinstance(node, (int, float)) or not math.isfinite(node) or node <= 0:
+        raise RelativeError(
+            f"calibration has no {'.'.join(path)}: cannot resolve a relative profile value",
+            ExitCode.NO_DATA,
+        )
+    return float(node)
+
+
+def absolute_overrides(
+    overrides: Mapping[str, Any],
+    relative: Mapping[str, str],
+    params: Mapping[str, Any],
+    calibration: Mapping[str, Any],
+) -> dict[str, Any]:
+    """The overrides with every relative value resolved against `calibration`.
+
+    `params` are the profile's resolved parameters (placeholders in), for the mix's mean
+    output length and for the rates that durations divide by.
+    """
+    out = dict(overrides)
+    unloaded_e2e = _reference(calibration, "unloaded", "short", "e2e", "p50")
+    for key, text in relative.items():
+        if key not in _RATE_KEYS:
+            continue
+        factor, what = _FACTOR_RE.match(text).groups()  # type: ignore[union-attr]
+        if what == "lone":
+            out[key] = float(factor) / unloaded_e2e
+        else:
+            tokens_per_second = _reference(
+                calibration, "capacity", "short", "output_tokens_per_second"
+            )
+            out[key] = float(factor) * tokens_per_second / mix_output_tokens(params)
+    for key, text in relative.items():
+        if key in _RATE_KEYS:
+            continue
+        count = _COUNT_RE.match(text)
+        if count is None:
+            out[key] = float(_FACTOR_RE.match(text).group(1)) * unloaded_e2e  # type: ignore[union-attr]
+            continue
+        rate_key = _DURATION_RATE[key]
+        rate = out.get(rate_key, params.get(rate_key))
+        if not isinstance(rate, (int, float)) or rate <= 0:
+            raise RelativeError(f"{key}: {text!r} needs a positive {rate_key} to count requests")
+        out[key] = int(count.group(1)) / float(rate)
+    return out

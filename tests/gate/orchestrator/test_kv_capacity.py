@@ -1,0 +1,34 @@
+"""KV capacity in tokens is read where a server states it, and is unknown otherwise."""
+
+from __future__ import annotations
+
+from gate.observers.prom_scraper import parse_exposition
+from gate.orchestrator.calibration import kv_capacity
+
+
+def test_the_bundled_server_gauge_is_read_as_tokens():
+    text = "# TYPE batchgate_kv_capacity_tokens gauge\nbatchgate_kv_capacity_tokens 65536\n"
+    assert kv_capacity(parse_exposition(text)) == {
+        "tokens": 65536,
+        "source": "batchgate_kv_capacity_tokens",
+    }
+
+
+def test_vllm_cache_config_info_gives_blocks_times_block_size():
+    text = (
+        "# TYPE vllm:cache_config_info gauge\n"
+        'vllm:cache_config_info{block_size="16",num_gpu_blocks="2000",cache_dtype="auto"} 1.0\n'
+    )
+    assert kv_capacity(parse_exposition(text))["tokens"] == 32000
+
+
+def test_sglang_max_total_num_tokens_is_the_capacity():
+    text = "# TYPE sglang:max_total_num_tokens gauge\nsglang:max_total_num_tokens 123456\n"
+    assert kv_capacity(parse_exposition(text))["tokens"] == 123456
+
+
+def test_a_server_that_does_not_say_is_unknown_not_zero():
+    text = "# TYPE other_metric gauge\nother_metric 3\n"
+    assert kv_capacity(parse_exposition(text)) == {"tokens": None, "source": "unknown"}
+    broken = '# TYPE vllm:cache_config_info gauge\nvllm:cache_config_info{block_size="16"} 1.0\n'
+    assert kv_capacity(parse_exposition(broken))["tokens"] is None

@@ -1,0 +1,88 @@
+"""Profile values relative to the calibration resolve to the absolute numbers the load runs."""
+
+from __future__ import annotations
+
+import pytest
+
+from gate.orchestrator.relative import (
+    RelativeError,
+    absolute_overrides,
+    mix_output_tokens,
+    placeholders,
+    relative_values,
+)
+
+CALIBRATION = {
+    "unloaded": {"short": {"e2e": {"p50": 0.1}}},
+    "capacity": {"short": {"output_tokens_per_second": 1200.0}},
+}
+
+
+def test_relative_values_are_found_and_numbers_left_alone():
+    overrides = {"base_rate_rps": "0.25x lone", "main_seconds": "400 requests", "users": 4}
+    assert relative_values("p", overrides) == {
+        "base_rate_rps": "0.25x lone",
+        "main_seconds": "400 requests",
+    }
+    assert placeholders(overrides, relative_values("p", overrides)) == {
+        "base_rate_rps": 1.0,
+        "main_seconds": 1.0,
+        "users": 4,
+    }
+
+
+@pytest.mark.parametrize(
+    ("key", "value"),
+    [
+        ("base_rate_rps", "fast"),
+        ("base_rate_rps", "0.3x unloaded"),
+        ("main_seconds", "0.3x capacity"),
+        ("spike_rate_rps", "0x capacity"),
+        ("main_seconds", "ten requests"),
+    ],
+)
+def test_an_unreadable_relative_value_names_profile_and_key(key, value):
+    with pytest.raises(RelativeError, match=rf"profiles\.burst\.{key}"):
+        relative_values("burst", {key: value})
+
+
+def test_lone_rate_is_a_multiple_of_one_lone_request_rate():
+    out = absolute_overrides(
+        {"base_rate_rps": 1.0}, {"base_rate_rps": "0.25x lone"}, {}, CALIBRATION
+    )
+    assert out["base_rate_rps"] == pytest.approx(0.25 / 0.1)
+
+
+def test_capacity_rate_is_divided_by_the_mix_mean_output_tokens():
+    params = {
+        "output_tokens": {"kind": "uniform", "low": 8, "high": 16},
+        "long_share": 0.5,
+        "long_output_tokens": {"kind": "fixed", "value": 188},
+    }
+    assert mix_output_tokens(params) == pytest.approx(0.5 * 12 + 0.5 * 188)
+    out = absolute_overrides(
+        {"base_rate_rps": 1.0}, {"base_rate_rps": "0.5x capacity"}, params, CALIBRATION
+    )
+    assert out["base_rate_rps"] == pytest.approx(0.5 * 1200.0 / 100.0)
+
+
+def test_request_counts_become_durations_at_the_stage_rate():
+    relative = {
+        "base_rate_rps": "0.25x lone",
+        "spike_rate_rps": "1x capacity",
+        "baseline_seconds": "100 requests",
+        "spike_seconds": "60 requests",
+        "recovery_seconds": "2x unloaded",
+    }
+    params = {"output_tokens": {"kind": "fixed", "value": 12}}
+    out = absolute_overrides(placeholders(relative, relative), relative, params, CALIBRATION)
+    assert out["baseline_seconds"] == pytest.approx(100 / 2.5)
+    assert out["spike_seconds"] == pytest.approx(60 / 100.0)  # 1200 tok/s / 12 tok
+    assert out["recovery_seconds"] == pytest.approx(0.2)
+
+
+def test_a_missing_calibration_value_is_no_data_not_a_guess():
+    missing = r"calibration has no unloaded\.short\.e2e\.p50"
+    with pytest.raises(RelativeError, match=missing) as info:
+        absolute_overrides({}, {"base_rate_rps": "1x lone"}, {}, {"unloaded": {}})
+    assert int(info.value.exit_code) == 5
