@@ -1,12 +1,14 @@
 """Exact small-sample statistics for verdicts that neither flake nor lie (no scipy).
 
 Owns the regularized incomplete beta function, binomial tail probabilities, Clopper–Pearson
-bounds for a proportion, distribution-free order-statistic bounds for a quantile, and Student-t
-bounds for a mean. Every bound here is ONE-SIDED at the given confidence: a gate asks "is the
-exceedance share surely below the limit?" (upper bound) and "surely above?" (lower bound)
-separately, which is what makes a p99 need >= 299 samples to pass at 95 %. Intervals shown to
-people are two-sided: both bounds at `two_sided(confidence)`. It does not know
-gates, metrics or units.
+bounds for a proportion, distribution-free order-statistic bounds for a quantile, cautious
+bounds for the mean of unbounded data (`mean_bounds` says where they hold) and exact or
+conservative ones for the mean of data known to lie in a range. Every bound here is ONE-SIDED
+at the given confidence: a gate asks "is the exceedance share surely below the limit?" (upper
+bound) and "surely above?" (lower bound) separately, which is what makes a p99 need >= 299
+samples to pass at 95 %. Intervals shown to people are two-sided: both bounds at
+`two_sided(confidence)`. Bounds valid under repeated looks live in `gate.sequential`. It does
+not know gates, metrics or units.
 """
 
 from __future__ import annotations
@@ -15,6 +17,7 @@ import functools
 import math
 from collections.abc import Callable
 from dataclasses import dataclass
+from statistics import NormalDist
 
 import numpy as np
 
@@ -23,6 +26,7 @@ __all__ = [
     "StatsError",
     "betainc",
     "binom_cdf",
+    "bounded_mean_bounds",
     "mean_bounds",
     "order_statistics",
     "proportion_bounds",
@@ -237,29 +241,129 @@ def two_sided(confidence: float) -> float:
     return 1.0 - (1.0 - confidence) / 2.0
 
 
-def _t_cdf(t: float, dof: float) -> float:
-    tail = 0.5 * betainc(dof / 2.0, 0.5, dof / (dof + t * t))
-    return 1.0 - tail if t >= 0 else tail
+# Means of positive, right-skewed data (latencies) are where a Student-t bound lies: on lognormal
+# sigma=1 samples its upper 95 % bound falls below the true mean in 16-20 % of samples at n <= 50.
+# No bound can hold for every unbounded distribution (a rare huge value that no sample has seen
+# moves the mean arbitrarily), so this one takes the more cautious of two, each right on a
+# different family: a studentized bootstrap (second-order right for any finite-variance shape as
+# n grows) and, for positive data, the exact lognormal generalized pivot (right for lognormal
+# shapes at any n, too cautious for lighter tails, which the max leaves to the bootstrap).
+_RESAMPLES = 999  # bootstrap-t resamples: the 5 % point is then exactly the 50th smallest
+_BOOTSTRAP_MAX_N = 1000  # above: Hall's analytic skewness correction (same second order, O(n))
+_PIVOT_DRAWS = 4000
+_SEED = 0x5EED  # fixed: the same data must always give the same bounds, hence the same verdict
 
 
-def _t_ppf(probability: float, dof: float) -> float:
-    hi = 1.0
-    while _t_cdf(hi, dof) < probability:
-        hi *= 2.0
-        if hi > 1e12:
-            raise StatsError("t quantile out of range")
-    return _bisect(lambda t: _t_cdf(t, dof), probability, 0.0, hi)
+def _studentized_bounds(x: np.ndarray, mean: float, se: float, alpha: float) -> tuple[float, float]:
+    n = len(x)
+    if n > _BOOTSTRAP_MAX_N:
+        # Hall (1992): g(T) = ((1 + aT)^3 - 1) / (3a) + b is ~N(0, 1) for the studentized mean T,
+        # a = skew / (3 sqrt n), b = skew / (6 sqrt n); invert g at the normal quantiles.
+        centred = x - mean
+        skew = float(np.mean(centred**3)) / float(np.mean(centred**2)) ** 1.5
+        a, b = skew / (3.0 * math.sqrt(n)), skew / (6.0 * math.sqrt(n))
+
+        def t_at(z: float) -> float:
+            if abs(a) < 1e-12:
+                return z - b
+            v = 1.0 + 3.0 * a * (z - b)
+            return (math.copysign(abs(v) ** (1.0 / 3.0), v) - 1.0) / a
+
+        z = NormalDist().inv_cdf(1.0 - alpha)
+        return mean - t_at(z) * se, mean - t_at(-z) * se
+    rank = math.floor(alpha * (_RESAMPLES + 1))  # 1-based rank of the alpha point among T*
+    if rank < 1:  # too few resamples to resolve so small an alpha: no bound
+        return -math.inf, math.inf
+    index = np.random.default_rng(_SEED + n).integers(0, n, (_RESAMPLES, n), dtype=np.int32)
+    resampled = (x - mean)[index]  # centred first: the variance below then cancels nothing
+    shift = resampled.sum(axis=1) / n
+    squares = np.einsum("ij,ij->i", resampled, resampled)
+    spread = np.sqrt(np.maximum(squares - n * shift * shift, 0.0) / ((n - 1) * n))
+    with np.errstate(divide="ignore", invalid="ignore"):
+        # A constant resample has no spread: its T* is infinite (a cautious bound), 0 if on mean.
+        pivots = np.where(spread > 0, shift / spread, np.sign(shift) * np.inf)
+    ordered = np.partition(pivots, [rank - 1, _RESAMPLES - rank])
+    low_t, high_t = float(ordered[rank - 1]), float(ordered[_RESAMPLES - rank])
+    return mean - high_t * se, mean - low_t * se
+
+
+@functools.lru_cache(maxsize=64)
+def _pivot_draws(n: int) -> tuple[np.ndarray, np.ndarray]:
+    # Generalized pivot of mu + sigma^2/2 (Krishnamoorthy & Mathew 2003) from logs y:
+    # mean(y) + sd(y) * (-Z sqrt((n-1)/U) / sqrt(n)) + var(y) * (n-1) / (2U), Z ~ N(0,1), U ~ chi2.
+    rng = np.random.default_rng(_SEED ^ n)
+    z, u = rng.standard_normal(_PIVOT_DRAWS), rng.chisquare(n - 1, _PIVOT_DRAWS)
+    return -z * np.sqrt((n - 1) / u) / math.sqrt(n), (n - 1) / (2.0 * u)
+
+
+def _lognormal_bounds(x: np.ndarray, alpha: float) -> tuple[float, float]:
+    logs = np.log(x)
+    centre, var = float(np.mean(logs)), float(np.var(logs, ddof=1))
+    by_sd, by_var = _pivot_draws(len(x))
+    pivot = centre + math.sqrt(var) * by_sd + var * by_var
+    low, high = np.quantile(pivot, [alpha, 1.0 - alpha])
+    return math.exp(float(low)), math.exp(float(high))
 
 
 def mean_bounds(values: np.ndarray, *, confidence: float) -> Bounds:
-    """Student-t one-sided bounds for the mean (approximate for skewed data at small n)."""
-    _check_confidence(confidence)
-    n = len(values)
+    """One-sided bounds for the mean, cautious on skewed positive data (deterministic).
+
+    The wider of a studentized bootstrap (Hall's analytic form above 1000 samples) and, when
+    every value is positive, the lognormal generalized pivot. Measured by simulation (see
+    tests/gate/test_stats_coverage.py): false-bound rate <= 5 % for lognormal sigma <= 1.5,
+    exponential, Weibull and normal data at n >= 20, not for tails heavier than lognormal (Pareto 3:
+    ~14 % at n = 20, ~9 % at n = 50-100; 3 % of 20x stalls: ~55 % at n = 20, ~21 % at n = 50).
+    """
+    alpha = _check_confidence(confidence)
+    x = np.asarray(values, dtype=np.float64)
+    n = len(x)
+    if n < 2:
+        return Bounds(lower=-math.inf, upper=math.inf, confidence=confidence)
+    mean = float(np.mean(x))
+    sd = float(np.std(x, ddof=1))
+    if sd == 0.0:
+        return Bounds(lower=mean, upper=mean, confidence=confidence)
+    lower, upper = _studentized_bounds(x, mean, sd / math.sqrt(n), alpha)
+    if float(np.min(x)) > 0.0:
+        log_lower, log_upper = _lognormal_bounds(x, alpha)
+        lower, upper = min(lower, log_lower), max(upper, log_upper)
+    return Bounds(lower=lower, upper=upper, confidence=confidence)
+
+
+def bounded_mean_bounds(
+    values: np.ndarray, *, low: float, high: float, confidence: float
+) -> Bounds:
+    """One-sided bounds for the mean of values known to lie in [low, high], valid at any n.
+
+    Values all at the two ends (yes/no, 0/1): Clopper–Pearson on the count at `high`, exact.
+    Otherwise the empirical Bernstein bound (Maurer & Pontil 2009, thm 4): tight when the
+    variance is small (shares near 0 or 1), never worse than the range.
+    """
+    alpha = _check_confidence(confidence)
+    if not low < high:
+        raise ValueError(f"need low < high, got [{low}, {high}]")
+    x = np.asarray(values, dtype=np.float64)
+    n = len(x)
+    if n and (float(np.min(x)) < low or float(np.max(x)) > high):
+        raise ValueError(f"values outside the declared range [{low}, {high}]")
+    width = high - low
     if n == 0:
-        return Bounds(lower=-math.inf, upper=math.inf, confidence=confidence)
-    mean = float(np.mean(values))
+        return Bounds(lower=low, upper=high, confidence=confidence)
+    at_high = int(np.count_nonzero(x == high))
+    if at_high + int(np.count_nonzero(x == low)) == n:
+        share = proportion_bounds(at_high, n, confidence=confidence)
+        return Bounds(
+            lower=low + width * share.lower, upper=low + width * share.upper, confidence=confidence
+        )
     if n == 1:
-        return Bounds(lower=-math.inf, upper=math.inf, confidence=confidence)
-    std_error = float(np.std(values, ddof=1)) / math.sqrt(n)
-    half = _t_ppf(confidence, n - 1) * std_error
-    return Bounds(lower=mean - half, upper=mean + half, confidence=confidence)
+        return Bounds(lower=low, upper=high, confidence=confidence)
+    scaled = (x - low) / width
+    log_term = math.log(2.0 / alpha)  # the 2: the variance is itself estimated
+    half = math.sqrt(2.0 * float(np.var(scaled, ddof=1)) * log_term / n)
+    half += 7.0 * log_term / (3.0 * (n - 1))
+    centre = float(np.mean(scaled))
+    return Bounds(
+        lower=low + width * max(centre - half, 0.0),
+        upper=low + width * min(centre + half, 1.0),
+        confidence=confidence,
+    )

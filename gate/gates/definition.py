@@ -88,6 +88,20 @@ class GateReader(FieldReader):
             raise self.err(
                 kp, f"metric {metric.name!r} needs a `statistic` ({', '.join(metric.statistics)})"
             )
+        if (
+            statistic == "mean"
+            and metric.shape is Shape.SAMPLES
+            and glossary.statistic_unit(metric, "p50") is UnitKind.DURATION
+        ):
+            # No interval holds a mean of unbounded latencies: a rare stall or a Pareto-like
+            # tail gives a bound that passes falsely 20-55% of the time at n = 20-50
+            # (tests/gate/test_stats_coverage.py), and the parser sees neither n nor the tail.
+            raise self.err(
+                f"{kp}.statistic",
+                f"`mean` of {metric.name!r} cannot be judged honestly (latency tails are "
+                "unbounded: one stall moves the mean anywhere); gate a percentile instead, "
+                "e.g. p50 for the typical request or p90/p99 for the tail",
+            )
         if statistic not in metric.statistics:
             hint = "unknown statistic" if statistic not in glossary.STATISTICS else "does not fit"
             raise self.err(

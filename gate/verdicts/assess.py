@@ -10,6 +10,7 @@ a warn level combine into one status. It does not know gates, profiles, baseline
 
 from __future__ import annotations
 
+import dataclasses
 import math
 from dataclasses import dataclass
 from typing import Any
@@ -26,6 +27,7 @@ from gate.metrics.measurements import (
     Scalar,
     Series,
 )
+from gate.sequential import anytime_share_exceeds
 from gate.stats import Bounds, mean_bounds, proportion_bounds, quantile_with_bounds, two_sided
 from gate.units import Threshold
 from gate.verdicts.model import Status
@@ -114,9 +116,86 @@ def _point(value: float | None, threshold: Threshold, n: int, **extra: Any) -> A
 
 
 def assess(
+    measurement: Measurement,
+    statistic: str,
+    threshold: Threshold,
+    confidence: float,
+    *,
+    sequential: bool = False,
+) -> Assessment:
+    """Judge one measurement's statistic against one threshold level (pure).
+
+    `sequential`: the data is still growing and is judged again and again (abort_on_fail). A
+    FAIL then needs an anytime-valid bound (`gate.sequential`), so that looking every second
+    does not spend the error rate again at each look; a mean, which has none, never fails then.
+    """
+    judged = _assess(measurement, statistic, threshold, confidence)
+    if not sequential or judged.outcome != "fail":
+        return judged
+    return _sequential_fail(measurement, statistic, threshold, confidence, judged)
+
+
+def _sequential_fail(
+    measurement: Measurement,
+    statistic: str,
+    threshold: Threshold,
+    confidence: float,
+    judged: Assessment,
+) -> Assessment:
+    """Keep a one-shot FAIL only when the anytime-valid rule agrees (else inconclusive)."""
+    bad_and_total = _bad_share(measurement, statistic, threshold)
+    if bad_and_total is None:
+        # Point values (max, count, peak, a scalar) are facts of the data seen, not estimates:
+        # looking again cannot make them wrong. A mean has no anytime-valid bound: never abort.
+        if statistic == "mean" and isinstance(measurement, (Samples, Histogram, Events)):
+            return dataclasses.replace(
+                judged,
+                outcome="inconclusive",
+                reason="a mean is not judged while the run is in progress",
+            )
+        return judged
+    bad, total, allowed = bad_and_total
+    if anytime_share_exceeds(bad, total, allowed, confidence=confidence):
+        return judged
+    return dataclasses.replace(
+        judged,
+        outcome="inconclusive",
+        reason=(
+            f"{bad} of {total} on the wrong side: past the limit for one look, not yet for an "
+            "anytime-valid bound (the run is still being watched)"
+        ),
+    )
+
+
+def _bad_share(
+    measurement: Measurement, statistic: str, threshold: Threshold
+) -> tuple[int, int, float] | None:
+    """(samples on the wrong side, total, the share allowed there) for share-like judgements."""
+    if isinstance(measurement, Samples) and statistic in glossary.PERCENTILES:
+        q = glossary.PERCENTILES[statistic]
+        n = len(measurement.values)
+        bad = int(n - np.count_nonzero(_holds_array(threshold, measurement.values)))
+        return bad, n, (1.0 - q if threshold.is_upper_limit else q)
+    if isinstance(measurement, Histogram) and statistic in glossary.PERCENTILES:
+        q = glossary.PERCENTILES[statistic]
+        matches = np.nonzero(np.isclose(measurement.bounds, threshold.value, rtol=1e-9))[0]
+        if len(matches) == 0:
+            return None
+        n = measurement.count
+        at_or_below = float(measurement.cumulative[matches[0]])
+        bad = round(n - at_or_below) if threshold.is_upper_limit else round(at_or_below)
+        return int(bad), int(n), (1.0 - q if threshold.is_upper_limit else q)
+    if isinstance(measurement, Events) and statistic not in ("count", "delta", "rate"):
+        hits, total = measurement.hits, measurement.total
+        if threshold.is_upper_limit:
+            return hits, total, threshold.value
+        return total - hits, total, 1.0 - threshold.value
+    return None
+
+
+def _assess(
     measurement: Measurement, statistic: str, threshold: Threshold, confidence: float
 ) -> Assessment:
-    """Judge one measurement's statistic against one threshold level (pure)."""
     if isinstance(measurement, NoData):
         return Assessment(outcome="no_data", reason=measurement.reason)
     if isinstance(measurement, Samples):

@@ -221,8 +221,17 @@ def _judge(ctx: _Context, gate: Gate, name: str) -> Verdict:
             None,
             confidence,
         )
-    fail = assess(measurement, gate.statistic, gate.fail, confidence) if gate.fail else None
-    warn = assess(measurement, gate.statistic, gate.warn, confidence) if gate.warn else None
+    sequential = ctx.partial
+    fail = (
+        assess(measurement, gate.statistic, gate.fail, confidence, sequential=sequential)
+        if gate.fail
+        else None
+    )
+    warn = (
+        assess(measurement, gate.statistic, gate.warn, confidence, sequential=sequential)
+        if gate.warn
+        else None
+    )
     status, shown = combine(fail, warn)
     return _verdict(gate, name, status, shown, gate.fail or gate.warn, confidence)
 
@@ -281,8 +290,13 @@ def _judge_ratio(ctx: _Context, gate: Gate, profile: ProfileData) -> Verdict:
     for level in ("fail", "warn"):
         level_threshold = getattr(gate, level)
         if level_threshold is not None:
+            outcome = bounds_judgement(level_threshold, bounds)
+            if ctx.partial and outcome == "fail":
+                # Two one-shot bounds re-applied at every look are not anytime-valid: a ratio
+                # gate never stops a run early; the final evaluation judges it.
+                outcome = "inconclusive"
             assessments[level] = Assessment(
-                outcome=bounds_judgement(level_threshold, bounds),
+                outcome=outcome,
                 value=value,
                 n=len(numerator.values),
                 interval=(lower, upper),

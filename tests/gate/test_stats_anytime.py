@@ -145,11 +145,15 @@ def test_quantile_form():
     # coverage: the bound stays below the true p99 at every n at once in >= 95 % of runs
     rng = np.random.default_rng(12)
     truth = -math.log(0.01)
+    need = anytime_exceedance_thresholds(2000, 0.01, confidence=CONFIDENCE)
     wrong = 0
     for _ in range(200):
         values = rng.exponential(1.0, 2000)
-        wrong += any(
-            anytime_quantile_lower_bound(values[:n], 0.99, confidence=CONFIDENCE) > truth
-            for n in range(100, 2001, 100)
-        )
+        for n in range(100, 2001, 100):  # the bound at n: the need[n]-th largest of n values
+            if need[n] <= n and np.partition(values[:n], n - need[n])[n - need[n]] > truth:
+                wrong += 1
+                break
     assert wrong / 200 <= 0.05
+    assert anytime_quantile_lower_bound(values, 0.99, confidence=CONFIDENCE) == float(
+        np.partition(values, 2000 - need[2000])[2000 - need[2000]]
+    )

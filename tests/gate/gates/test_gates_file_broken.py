@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 
 from gate.cli import main
-from gate.gates.file import load
+from gate.gates.file import load, loads
 from gate.gates.reader import GatesFileError
 
 CORPUS = sorted((Path(__file__).parent / "broken_gates").glob("*.yaml"))
@@ -43,3 +43,18 @@ def test_check_exits_4_on_a_broken_gates_file(path, tmp_path, capsys):
     assert code == 4
     err = capsys.readouterr().err
     assert f"{path}:{line}:" in err.replace("\n", "")
+
+
+@pytest.mark.parametrize("metric", ["ttft", "e2e", "tpot", "itl", "step_latency"])
+def test_a_mean_of_latencies_is_refused_with_a_pointer_to_percentiles(metric):
+    text = f'version: 1\ngates:\n  - {{name: g, metric: {metric}, statistic: mean, fail: "< 1s"}}\n'
+    with pytest.raises(GatesFileError, match="gate a percentile instead") as info:
+        loads(text, path="g.yaml")
+    assert "g.yaml:3" in str(info.value) and "statistic" in str(info.value)
+
+
+def test_a_mean_of_a_share_is_still_judged():
+    loads(
+        'version: 1\ngates:\n  - {name: e, metric: errors, statistic: mean, fail: "< 1%"}\n',
+        path="g.yaml",
+    )
