@@ -8,7 +8,9 @@ Owns the forms a profile override may take besides a number (docs/calibration.md
   about a quarter of the time;
 - a duration (`main_seconds`, `baseline_seconds`, `spike_seconds`, `recovery_seconds`,
   `duration_seconds`): `"400 requests"` — as long as the stage's rate takes to send that many
-  (scaled by `--scale` like seconds), or `"20x unloaded"` — a multiple of the unloaded E2E.
+  (scaled by `--scale` like seconds), `"20x unloaded"` — a multiple of the unloaded E2E, or
+  `"1.5x kv"` — as many requests as hold 1.5 times the target's KV capacity in tokens (prompt +
+  answer), where the target states its capacity (unknown: the run stops, no guess).
 A slower target then gets the same load relative to what it can do and the same number of
 samples per gate. Before calibration, `placeholders` stands a number in for each relative value
 so the load generator can validate the rest. It does not measure anything.
@@ -23,7 +25,14 @@ from typing import Any
 
 from gate.errors import BatchgateError, ExitCode
 
-__all__ = ["RelativeError", "absolute_overrides", "placeholders", "relative_values"]
+__all__ = [
+    "RelativeError",
+    "absolute_overrides",
+    "mix_output_tokens",
+    "mix_request_tokens",
+    "placeholders",
+    "relative_values",
+]
 
 _RATE_KEYS = ("rate_rps", "base_rate_rps", "spike_rate_rps", "start_rate_rps", "end_rate_rps")
 # Which rate a duration's "N requests" divides by.
@@ -59,10 +68,10 @@ def relative_values(profile: str, overrides: Mapping[str, Any]) -> dict[str, str
                 )
         elif key in _DURATION_RATE:
             match = _FACTOR_RE.match(value)
-            if not (_COUNT_RE.match(value) or (match and match.group(2) == "unloaded")):
+            if not (_COUNT_RE.match(value) or (match and match.group(2) in ("unloaded", "kv"))):
                 raise RelativeError(
                     f"profiles.{profile}.{key}: {value!r} is not a duration; write seconds, "
-                    '"400 requests" or "20x unloaded"'
+                    '"400 requests", "20x unloaded" or "1.5x kv"'
                 )
         else:
             continue
@@ -97,16 +106,24 @@ def _mean_tokens(dist: Any) -> float:
     return min(max(mean, float(low)), float(high))
 
 
+def _mix_mean(params: Mapping[str, Any], what: str, default: float) -> float:
+    main = _mean_tokens(params.get(f"{what}_tokens", default))
+    for other in ("long", "batch"):
+        share_key, tokens_key = f"{other}_share", f"{other}_{what}_tokens"
+        if share_key in params and tokens_key in params:
+            share = float(params[share_key])
+            return (1.0 - share) * main + share * _mean_tokens(params[tokens_key])
+    return main
+
+
 def mix_output_tokens(params: Mapping[str, Any]) -> float:
     """Mean output tokens per request of a resolved profile's mix."""
-    short = _mean_tokens(params.get("output_tokens", 12))
-    if "long_share" in params and "long_output_tokens" in params:
-        share = float(params["long_share"])
-        return (1.0 - share) * short + share * _mean_tokens(params["long_output_tokens"])
-    if "batch_share" in params and "batch_output_tokens" in params:
-        share = float(params["batch_share"])
-        return (1.0 - share) * short + share * _mean_tokens(params["batch_output_tokens"])
-    return short
+    return _mix_mean(params, "output", 12)
+
+
+def mix_request_tokens(params: Mapping[str, Any]) -> float:
+    """Mean prompt + output tokens per request: what one request holds in the KV cache."""
+    return _mix_mean(params, "prompt", 40) + mix_output_tokens(params)
 
 
 def _reference(calibration: Mapping[str, Any], *path: str) -> float:
@@ -149,12 +166,18 @@ def absolute_overrides(
         if key in _RATE_KEYS:
             continue
         count = _COUNT_RE.match(text)
-        if count is None:
-            out[key] = float(_FACTOR_RE.match(text).group(1)) * unloaded_e2e  # type: ignore[union-attr]
+        factor = _FACTOR_RE.match(text)
+        if count is not None:
+            requests = float(count.group(1))
+        elif factor is not None and factor.group(2) == "kv":
+            kv_tokens = _reference(calibration, "kv_capacity", "tokens")
+            requests = math.ceil(float(factor.group(1)) * kv_tokens / mix_request_tokens(params))
+        else:
+            out[key] = float(factor.group(1)) * unloaded_e2e  # type: ignore[union-attr]
             continue
         rate_key = _DURATION_RATE[key]
         rate = out.get(rate_key, params.get(rate_key))
         if not isinstance(rate, (int, float)) or rate <= 0:
             raise RelativeError(f"{key}: {text!r} needs a positive {rate_key} to count requests")
-        out[key] = int(count.group(1)) / float(rate)
+        out[key] = requests / float(rate)
     return out

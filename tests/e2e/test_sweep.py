@@ -68,3 +68,35 @@ def test_sweep_finds_the_knee_and_the_binding_gate(tmp_path: Path) -> None:
     for point in sweep["points"]:
         assert (Path(point["run_dir"]) / "verdicts.json").is_file()
     assert_no_strays(sweep_dir)
+
+
+def test_sweep_with_the_defaults_brackets_the_calibrated_capacity_and_gives_an_answer(
+    tmp_path: Path,
+) -> None:
+    out = tmp_path / "runs"
+    result = subprocess.run(
+        batchgate_argv(
+            "sweep", "--profile", "steady", "--out", str(out), "--requests-per-point", "40"
+        ),
+        cwd=tmp_path,  # no gates.yaml here: the packaged default gates
+        capture_output=True,
+        text=True,
+        timeout=600,
+        check=False,
+    )
+    assert result.returncode in (0, 1), result.stdout[-3000:] + result.stderr[-3000:]
+    (sweep_dir,) = out.iterdir()
+    sweep = read_json(sweep_dir / "sweep.json")
+    calibration = read_json(sweep_dir / "calibration-run" / "calibration.json")
+    assert calibration["capacity"]["short"]["rps"] > 0
+    # 0.25x .. 2x the calibrated capacity for the profile's mix: three doublings.
+    assert sweep["max_rate_rps"] == pytest.approx(8 * sweep["min_rate_rps"])
+    assert sweep["points"] and all(p["outcome"] != "inconclusive" for p in sweep["points"])
+    assert "knee" in result.stdout or "no passing rate" in result.stdout
+    for point in sweep["points"]:
+        run_dir = Path(point["run_dir"])
+        assert read_json(run_dir / "calibration.json")["source"].startswith("file: ")
+        # The bundled server started by the sweep is measured by every point's sampler.
+        samples = (run_dir / "steady" / "gpu.jsonl").read_text(encoding="utf-8").splitlines()
+        assert any('"source":"process_rss"' in line for line in samples)
+    assert_no_strays(sweep_dir)

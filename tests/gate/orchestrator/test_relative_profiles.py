@@ -86,3 +86,23 @@ def test_a_missing_calibration_value_is_no_data_not_a_guess():
     with pytest.raises(RelativeError, match=missing) as info:
         absolute_overrides({}, {"base_rate_rps": "1x lone"}, {}, {"unloaded": {}})
     assert int(info.value.exit_code) == 5
+
+
+def test_a_kv_multiple_sends_enough_requests_to_hold_that_many_kv_tokens():
+    calibration = {**CALIBRATION, "kv_capacity": {"tokens": 1000}}
+    params = {
+        "prompt_tokens": {"kind": "fixed", "value": 40},
+        "output_tokens": {"kind": "fixed", "value": 10},
+    }
+    relative = {"spike_rate_rps": "1x capacity", "spike_seconds": "2x kv"}
+    out = absolute_overrides(placeholders(relative, relative), relative, params, calibration)
+    # 2 x 1000 tokens / 50 tokens per request = 40 requests at 1200/10 = 120 req/s
+    assert out["spike_seconds"] == pytest.approx(40 / 120.0)
+
+
+def test_a_kv_multiple_on_a_target_that_does_not_state_its_kv_capacity_stops_the_run():
+    calibration = {**CALIBRATION, "kv_capacity": {"tokens": None, "source": "unknown"}}
+    relative = {"spike_rate_rps": "1x capacity", "spike_seconds": "2x kv"}
+    with pytest.raises(RelativeError, match="kv_capacity") as info:
+        absolute_overrides(placeholders(relative, relative), relative, {}, calibration)
+    assert int(info.value.exit_code) == 5
