@@ -260,7 +260,10 @@ def _assess(
                 return Assessment(
                     outcome="no_data", reason="no device total to take a % of (CPU fallback?)"
                 )
+            # A record without a device total (a CPU-fallback sample among NVML ones) says
+            # nothing about the share: judge the records that have one.
             values = values / measurement.totals
+            values = values[~np.isnan(values)]
         if len(values) == 0:
             return Assessment(outcome="no_data", reason="no samples in this window")
         return _point(
@@ -323,12 +326,14 @@ def _assess_histogram(
     outcome = (
         "pass" if share.upper < allowed else "fail" if share.lower > allowed else "inconclusive"
     )
+    # Shown like every other interval: two-sided at the confidence level.
+    shown = proportion_bounds(bad, n, confidence=two_sided(confidence))
     return Assessment(
         outcome=outcome,
         value=value,
         n=n,
         estimate=True,
-        interval=(share.lower, share.upper),
+        interval=(shown.lower, shown.upper),
         reason=f"histogram estimate: {bad} of {n} beyond the bucket bound",
     )
 
