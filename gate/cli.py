@@ -50,9 +50,18 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
+# Verbs whose every argument belongs to another program: argparse would take `--port 8000` or
+# `--help` for its own, so they are handed over before parsing.
+PASS_THROUGH = ("serve", "load")
+
+
 def main(argv: Sequence[str] | None = None) -> int:
+    words = list(sys.argv[1:] if argv is None else argv)
+    if words and words[0] in PASS_THROUGH:
+        module = importlib.import_module(f"gate.commands.{words[0]}")
+        return int(module.exec_with(words[1:]))
     parser = build_parser()
-    args = parser.parse_args(argv)
+    args = parser.parse_args(words)
     if not getattr(args, "func", None):
         parser.print_help(sys.stderr)
         return int(ExitCode.USAGE)

@@ -11,9 +11,12 @@ from __future__ import annotations
 
 import argparse
 import os
+import sys
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
+
+from rich.console import Console
 
 from gate.baseline import Baseline, BaselineError, BaselineStore
 from gate.errors import ExitCode, UsageError
@@ -35,6 +38,7 @@ __all__ = [
     "load_gates",
     "load_gates_and_preset",
     "open_run",
+    "output_console",
     "read_saved_verdicts",
     "rollback_target",
 ]
@@ -212,3 +216,9 @@ def default_gates_path() -> Path:
     if local.is_file():
         return local
     return packaged_gates_path()
+
+
+def output_console() -> Console:
+    """The console a command prints its results on: the terminal's width, or 160 columns in a
+    CI log (no terminal), where rich would otherwise assume 80 and squeeze the tables."""
+    return Console(highlight=False, width=None if sys.stdout.isatty() else 160)

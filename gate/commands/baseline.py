@@ -6,10 +6,8 @@ import argparse
 import json
 import sys
 
-from rich.console import Console
-
 from gate.baseline import BaselineError, BaselineStore
-from gate.commands._common import default_gates_path
+from gate.commands._common import default_gates_path, output_console
 from gate.errors import ExitCode
 from gate.gates.file import load
 from gate.gates.model import GatesFile
@@ -42,7 +40,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    out = Console(highlight=False)
+    out = output_console()
     store = BaselineStore(args.dir)
     try:
         if args.action == "save":

@@ -16,13 +16,13 @@ from typing import Any
 from rich.console import Console
 from rich.table import Table
 
-from gate.commands._common import add_common_arguments, load_gates_and_preset
-from gate.errors import ExitCode, UsageError
-from gate.gates.reader import GatesFileError
+from gate.commands._common import add_common_arguments, load_gates_and_preset, output_console
+from gate.errors import BatchgateError, ExitCode, UsageError
 from gate.orchestrator.calibration import CALIBRATION_FILE
 from gate.orchestrator.live import LiveView
 from gate.orchestrator.plan import ProfilePlan
-from gate.orchestrator.runner import RunConfig, execute, new_run_id
+from gate.orchestrator.run_config import RunConfig
+from gate.orchestrator.runner import execute, new_run_id
 from gate.units import UnitKind, format_value
 
 __all__ = ["register", "run"]
@@ -74,7 +74,7 @@ def run(args: argparse.Namespace) -> int:
     )
     try:
         result = execute(config, LiveView())
-    except (UsageError, GatesFileError) as exc:
+    except BatchgateError as exc:
         err.print(f"batchgate calibrate: {exc}", markup=False)
         return int(exc.exit_code)
     path = run_dir / CALIBRATION_FILE
@@ -92,7 +92,7 @@ def _seconds(entry: dict[str, Any] | None, key: str) -> str:
 
 
 def _print(data: dict[str, Any], path: Path) -> None:
-    out = Console(highlight=False)
+    out = output_console()
     table = Table(title="unloaded (lone short requests)")
     for header in ("metric", "p50", "p90", "n"):
         table.add_column(header)

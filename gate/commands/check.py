@@ -13,14 +13,13 @@ import sys
 from dataclasses import replace
 from pathlib import Path
 
-from rich.console import Console
-
 from gate.commands._common import (
     add_evaluation_arguments,
     find_gates_file,
     load_baseline,
     load_gates,
     open_run,
+    output_console,
     rollback_target,
 )
 from gate.errors import ExitCode, UsageError
@@ -77,7 +76,7 @@ def run(args: argparse.Namespace) -> int:
             write_outputs(args.run_dir if Path(args.run_dir).is_dir() else ".", evaluation)
         except OSError as exc:
             print(f"batchgate check: cannot write outputs: {exc}", file=sys.stderr)
-    Console(highlight=False).print(terminal.render(evaluation))
+    output_console().print(terminal.render(evaluation))
     if os.environ.get("GITHUB_ACTIONS") == "true":
         for line in summary.annotations(evaluation):
             print(line, file=sys.stdout)

@@ -15,7 +15,7 @@ from pathlib import Path
 
 from rich.console import Console
 
-from gate.commands._common import load_gates, open_run, read_saved_verdicts
+from gate.commands._common import load_gates, open_run, output_console, read_saved_verdicts
 from gate.compare import compare, render
 from gate.errors import ExitCode, UsageError
 from gate.verdicts.evaluate import evaluate
@@ -69,5 +69,5 @@ def run(args: argparse.Namespace) -> int:
     if args.json:
         print(json.dumps(comparison.to_dict(), indent=2, allow_nan=False))
     else:
-        Console(highlight=False).print(render(comparison))
+        output_console().print(render(comparison))
     return int(ExitCode.PASSED)

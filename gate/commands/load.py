@@ -20,7 +20,12 @@ def register(subparsers: argparse._SubParsersAction) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    load_args = ["--help" if a == "--help-load" else a for a in args.load_args]
-    # exec: signals (SIGTERM drain, Ctrl-C) reach the server directly.
-    os.execv(sys.executable, [sys.executable, "-m", "loadgen", *load_args])
+    return exec_with(list(args.load_args))
+
+
+def exec_with(argv: list[str]) -> int:
+    """Replace this process with `python -m loadgen ARGV` (every flag, --help included, is
+    theirs). exec: signals (SIGTERM drain, Ctrl-C) reach it directly."""
+    argv = ["--help" if a == "--help-load" else a for a in argv]
+    os.execv(sys.executable, [sys.executable, "-m", "loadgen", *argv])
     return 0  # not reached

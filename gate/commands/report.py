@@ -21,6 +21,7 @@ from gate.commands._common import (
     load_baseline,
     load_gates,
     open_run,
+    output_console,
     read_saved_verdicts,
     rollback_target,
 )
@@ -102,6 +103,6 @@ def run(args: argparse.Namespace) -> int:
     except UsageError as stop:
         err.print(f"batchgate report: {stop}", markup=False, soft_wrap=True)
         return int(stop.code)
-    Console(highlight=False).print(terminal.render(evaluation))
-    Console(highlight=False).print(f"report: {page}", markup=False, soft_wrap=True)
+    output_console().print(terminal.render(evaluation))
+    output_console().print(f"report: {page}", markup=False, soft_wrap=True)
     return int(evaluation.exit_code)

@@ -77,9 +77,15 @@ def run(args: argparse.Namespace) -> int:
     try:
         result = apply_preset(args.target, preset, admin_token=token, timeout_seconds=args.timeout)
     except BatchingNotSupported as exc:
-        print(f"batchgate rollback: {exc}; not the bundled server.", file=sys.stderr)
+        # Nothing was rolled back: say how to do it by hand on that server, and do not exit 0
+        # (a typo'd address that answers 404 must not look like a done rollback in CI).
+        print(
+            f"batchgate rollback: {exc}; not the bundled server: nothing was changed. "
+            "The equivalent settings of other servers follow.",
+            file=sys.stderr,
+        )
         print(format_equivalents(name, preset))
-        return int(ExitCode.PASSED)
+        return int(exc.exit_code)
     except RollbackError as exc:
         print(f"batchgate rollback: {exc}", file=sys.stderr)
         return int(ExitCode.USAGE)

@@ -16,12 +16,12 @@ from pathlib import Path
 from rich.console import Console
 
 from gate.baseline import BaselineError, BaselineStore
-from gate.commands._common import add_common_arguments, load_gates_and_preset
-from gate.errors import ExitCode, UsageError
-from gate.gates.reader import GatesFileError
+from gate.commands._common import add_common_arguments, load_gates_and_preset, output_console
+from gate.errors import BatchgateError, ExitCode, UsageError
 from gate.orchestrator.live import LiveView
 from gate.orchestrator.plan import PlanError, choose_profiles, parse_sets, resolve_plans
-from gate.orchestrator.runner import RunConfig, RunResult, execute, new_run_id
+from gate.orchestrator.run_config import RunConfig, RunResult
+from gate.orchestrator.runner import execute, new_run_id
 from gate.outputs import summary, terminal
 from gate.verdicts.model import Status
 
@@ -119,19 +119,16 @@ def run(args: argparse.Namespace) -> int:
     )
     try:
         result = execute(config, view)
-    except UsageError as exc:
+    except BatchgateError as exc:  # could not start measuring: its message and exit code
         err.print(f"batchgate run: {exc}", markup=False)
-        return int(exc.code)
-    except GatesFileError as exc:
-        err.print(f"batchgate run: {exc}", markup=False)
-        return int(ExitCode.INVALID_GATES)
+        return int(exc.exit_code)
     report(result, args, err)
     return int(result.exit_code)
 
 
 def report(result: RunResult, args: argparse.Namespace, err: Console) -> None:
     # In CI logs (no terminal) rich would wrap the verdict table at 80 columns.
-    out = Console(highlight=False, width=None if sys.stdout.isatty() else 160)
+    out = output_console()
     if result.evaluation is not None:
         out.print(terminal.render(result.evaluation))
         failed = [

@@ -20,7 +20,12 @@ def register(subparsers: argparse._SubParsersAction) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    server_args = ["--help" if a == "--help-server" else a for a in args.server_args]
-    # exec: signals (SIGTERM drain, Ctrl-C) reach the server directly.
-    os.execv(sys.executable, [sys.executable, "-m", "reference_server", *server_args])
+    return exec_with(list(args.server_args))
+
+
+def exec_with(argv: list[str]) -> int:
+    """Replace this process with `python -m reference_server ARGV` (every flag, --help included, is
+    theirs). exec: signals (SIGTERM drain, Ctrl-C) reach it directly."""
+    argv = ["--help" if a == "--help-server" else a for a in argv]
+    os.execv(sys.executable, [sys.executable, "-m", "reference_server", *argv])
     return 0  # not reached

@@ -18,16 +18,16 @@ from typing import Any
 from rich.console import Console
 from rich.table import Table
 
-from gate.commands._common import add_common_arguments, load_gates_and_preset
-from gate.errors import ExitCode, UsageError
-from gate.gates.reader import GatesFileError
+from gate.commands._common import add_common_arguments, load_gates_and_preset, output_console
+from gate.errors import BatchgateError, ExitCode, UsageError
 from gate.orchestrator.calibration import CALIBRATION_FILE
 from gate.orchestrator.live import LiveView
 from gate.orchestrator.plan import PlanError, parse_sets, resolve_plans
 from gate.orchestrator.presets import server_flags
 from gate.orchestrator.processes import ProcessError
 from gate.orchestrator.relative import mix_output_tokens
-from gate.orchestrator.runner import RunConfig, execute, new_run_id
+from gate.orchestrator.run_config import RunConfig
+from gate.orchestrator.runner import execute, new_run_id
 from gate.orchestrator.server import BundledServer, ServerOptions, start_bundled_server
 from gate.orchestrator.sweep import Point, Search, SearchSpec, SweepFault
 
@@ -160,7 +160,7 @@ def run(args: argparse.Namespace) -> int:
         )
         try:
             min_rate, max_rate, base = _bracket(args, base, first_plans[0].params, sweep_dir, view)
-        except (UsageError, GatesFileError) as exc:
+        except BatchgateError as exc:
             err.print(f"batchgate sweep: {exc}", markup=False)
             return int(exc.exit_code)
         spec = SearchSpec(
@@ -177,7 +177,7 @@ def run(args: argparse.Namespace) -> int:
         search = Search(spec, base, sweep_dir, view)
         try:
             lo, hi = search.search()
-        except (UsageError, GatesFileError) as exc:
+        except BatchgateError as exc:
             err.print(f"batchgate sweep: {exc}", markup=False)
             return int(exc.exit_code)
         except SweepFault as exc:
@@ -273,7 +273,7 @@ def _print(
     spec: SearchSpec,
     sweep_dir: Path,
 ) -> None:
-    out = Console(highlight=False)
+    out = output_console()
     table = Table(title=f"batchgate sweep — {spec.profile}")
     for header in ("rate req/s", "verdict", "exit", "failing / inconclusive gates"):
         table.add_column(header)

@@ -27,6 +27,7 @@ import numpy as np
 from gate.errors import BatchgateError, ExitCode
 from gate.gates.model import GatesFile, Scope
 from gate.metrics.derive import measure
+from gate.orchestrator.faults import RunFault
 from gate.orchestrator.live import LiveView
 from gate.orchestrator.plan import ProfilePlan, resolve_plans
 from gate.orchestrator.processes import ChildProcess
@@ -38,6 +39,7 @@ __all__ = [
     "CALIBRATION_FILE",
     "CALIBRATION_SCHEMA_VERSION",
     "CalibrationError",
+    "CalibrationFault",
     "CalibrationSpec",
     "calibrate",
     "kv_capacity",
@@ -53,6 +55,15 @@ class CalibrationError(BatchgateError):
     """The target could not be calibrated (no successful request, target died): no data."""
 
     default_exit_code = ExitCode.NO_DATA
+
+
+class CalibrationFault(CalibrationError):
+    """A calibration phase ended like a faulted profile (target died, Ctrl-C, load crashed):
+    the run ends with that fault, as if a profile had."""
+
+    def __init__(self, fault: RunFault) -> None:
+        super().__init__(fault.message)
+        self.fault = fault
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True)
@@ -130,7 +141,7 @@ def _phase(
     )
     outcome = session.run()
     if outcome.fault is not None:
-        raise CalibrationError(f"calibration ({name}) stopped: {outcome.fault.message}")
+        raise CalibrationFault(dataclasses.replace(outcome.fault, profile=f"calibration ({name})"))
     try:
         return load_run(directory)
     except RunDirError as exc:

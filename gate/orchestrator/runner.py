@@ -17,23 +17,21 @@ import datetime as dt
 import secrets
 import signal
 import threading
-from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
 from gate.errors import ExitCode, UsageError
 from gate.gates.file import validate_against_buckets
-from gate.gates.model import GatesFile
-from gate.orchestrator.calibration import CalibrationSpec
+from gate.orchestrator.calibration import CalibrationFault
 from gate.orchestrator.calibration_phase import CalibrationPhase
 from gate.orchestrator.faults import FAULT_EXIT_CODE, RunFault, Terminated, terminate_as_exception
 from gate.orchestrator.live import LiveView
 from gate.orchestrator.manifest import Manifest
-from gate.orchestrator.plan import ProfilePlan
 from gate.orchestrator.presets import live_settings, server_flags, start_only
 from gate.orchestrator.processes import ChildProcess, ProcessError
-from gate.orchestrator.server import BundledServer, ServerOptions, start_bundled_server
+from gate.orchestrator.run_config import RunConfig, RunResult
+from gate.orchestrator.server import BundledServer, start_bundled_server
 from gate.orchestrator.session import ProfileSession, SessionSettings
 from gate.orchestrator.suite import Suite, select_suite
 from gate.orchestrator.target import TargetClient, TargetError, TargetInfo
@@ -43,55 +41,7 @@ from gate.rundir.run import RunDirError, load_run
 from gate.verdicts.evaluate import evaluate
 from gate.verdicts.model import Evaluation
 
-__all__ = ["RunConfig", "RunResult", "execute", "new_run_id"]
-
-
-@dataclass(frozen=True, kw_only=True)
-class RunConfig:
-    gates_file: GatesFile
-    gates_text: str  # the gates file as written: copied into the run directory
-    plans: tuple[ProfilePlan, ...]
-    scale: str
-    run_dir: Path
-    target_url: str | None = None
-    preset_name: str | None = None
-    preset: Mapping[str, Any] | None = None
-    server_args: tuple[str, ...] = ()
-    baseline: Any = None  # gate.baseline.Baseline
-    inconclusive_policy: str | None = None
-    api_key: str | None = None
-    admin_token: str | None = None
-    server_options: ServerOptions = field(default_factory=ServerOptions)
-    session: SessionSettings | None = None
-    load_workers: int = 1
-    write_report: bool = True
-    # "fresh": measure now (the first phase of every run); "auto": reuse a saved calibration
-    # of the same target, settings and hardware from `calibration_store`, else measure and save
-    # it; "off": none (relative values then stop the run); else a calibration.json to reuse.
-    calibration: str = "fresh"
-    calibration_spec: CalibrationSpec = field(default_factory=CalibrationSpec)
-    calibration_store: Path = Path(".batchgate/calibrations")
-    calibrate_only: bool = False  # `batchgate calibrate`: stop after the calibration phase
-    # A bundled server someone else started and stops (`batchgate sweep`: one server for every
-    # point); the run measures it like its own (the sampler gets its PID) but leaves it running.
-    attached_server: BundledServer | None = None
-
-    def __post_init__(self) -> None:
-        if not self.plans:
-            raise ValueError("a run needs at least one profile")
-        if (self.preset is None) != (self.preset_name is None):
-            raise ValueError("preset and preset_name go together")
-
-
-@dataclass(frozen=True, kw_only=True)
-class RunResult:
-    run_dir: Path
-    exit_code: ExitCode
-    fault: RunFault | None
-    evaluation: Evaluation | None
-    target: TargetInfo | None
-    notes: tuple[str, ...] = ()
-    aborted: AbortRecord | None = None  # an abort_on_fail gate stopped the run early
+__all__ = ["execute", "new_run_id"]
 
 
 def new_run_id() -> str:
@@ -308,8 +258,11 @@ def execute(config: RunConfig, view: LiveView) -> RunResult:
         with terminate_as_exception():
             try:
                 run.setup()
-                run.calibrate()
-                if not config.calibrate_only:
+                try:
+                    run.calibrate()
+                except CalibrationFault as exc:
+                    fault = exc.fault
+                if fault is None and not config.calibrate_only:
                     fault = run.profiles()
             except (KeyboardInterrupt, Terminated) as exc:
                 what = "Ctrl-C" if isinstance(exc, KeyboardInterrupt) else str(exc)

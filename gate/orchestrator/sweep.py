@@ -15,7 +15,8 @@ from typing import Any
 
 from gate.orchestrator.live import LiveView
 from gate.orchestrator.plan import resolve_plans
-from gate.orchestrator.runner import RunConfig, RunResult, execute
+from gate.orchestrator.run_config import RunConfig, RunResult
+from gate.orchestrator.runner import execute
 from gate.verdicts.model import Status
 
 __all__ = ["Point", "Search", "SearchSpec", "SweepFault"]

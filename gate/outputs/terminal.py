@@ -49,7 +49,9 @@ def render(evaluation: Evaluation) -> RenderableType:
         ("n", "right"),
         ("Δ base", "right"),
     ):
-        table.add_column(header, justify=justify)  # type: ignore[arg-type]
+        # A narrow console wraps a gate's name; it never cuts it ("burst_r…" could be two gates).
+        overflow = "fold" if header == "gate" else "ellipsis"
+        table.add_column(header, justify=justify, overflow=overflow)  # type: ignore[arg-type]
     for verdict in ordered(evaluation):
         label, style = _STYLE[verdict.status]
         if verdict.monitor:

@@ -26,7 +26,8 @@ LONG_TRICKLE = ("--profiles", "night_trickle", "--set", "night_trickle.main_seco
 
 def _start_and_wait_for_requests(out: Path, run_id: str):  # type: ignore[no-untyped-def]
     proc = start_run(out, run_id, *LONG_TRICKLE)
-    wait_for_file(out / run_id / "night_trickle" / "requests.jsonl", 90.0, min_lines=2)
+    # The run calibrates the target first (~15-30 s; longer on a loaded machine).
+    wait_for_file(out / run_id / "night_trickle" / "requests.jsonl", 180.0, min_lines=2)
     return proc
 
 
@@ -46,6 +47,22 @@ def test_target_killed_mid_run_gives_exit_5_with_reason_and_artifacts(tmp_path: 
     verdicts = read_json(done.run_dir / "verdicts.json")
     assert verdicts["exit_code"] == 5
     assert all(v["status"] != "pass" for v in verdicts["verdicts"])
+    assert_no_strays(done.run_dir)
+
+
+@pytest.mark.slow
+def test_target_killed_during_calibration_ends_the_run_as_target_died(tmp_path: Path) -> None:
+    proc = start_run(tmp_path, "calkilled", *LONG_TRICKLE)
+    lone = tmp_path / "calkilled" / "calibration" / "lone" / "steady" / "requests.jsonl"
+    wait_for_file(lone, 90.0, min_lines=1)
+    wait_for_child(proc.pid, "reference_server", 5.0).kill()
+    done = finish(proc, tmp_path / "calkilled")
+    assert done.code == 5, done.stderr
+    assert "target died during profile 'calibration (lone)'" in done.stderr
+    assert "Traceback" not in done.stderr
+    manifest = read_json(done.run_dir / "manifest.json")
+    assert manifest["ended"] == "target_died"
+    assert not (done.run_dir / "night_trickle").exists()  # no profile ran on a dead target
     assert_no_strays(done.run_dir)
 
 
@@ -108,7 +125,7 @@ def test_invalid_gates_file_exits_4_before_anything_starts(tmp_path: Path) -> No
 def test_usage_errors_exit_2_before_anything_starts(
     tmp_path: Path, args: tuple[str, ...], message: str
 ) -> None:
-    result = _quick(tmp_path, "--gates", str(REPO / "gates.yaml"), *args)
+    result = _quick(tmp_path, *args)  # the packaged default gates
     assert result.returncode == 2, result.stderr
     assert message in result.stderr
     assert "Traceback" not in result.stderr

@@ -162,11 +162,13 @@ def test_command_applies_saves_previous_and_rolls_forward(target, gates_file, tm
     assert admin.settings == DEFAULT_SETTINGS
 
 
-def test_command_on_other_server_prints_equivalents_and_exits_0(target, gates_file, capsys):
+def test_command_on_other_server_prints_equivalents_and_does_not_exit_0(
+    target, gates_file, capsys
+):
     argv = ["rollback", "--target", target.url, "--to", "safe", "--gates", str(gates_file)]
-    assert main(argv) == 0
+    assert main(argv) == 5  # nothing was rolled back
     captured = capsys.readouterr()
-    assert "not the bundled server" in captured.err
+    assert "not the bundled server: nothing was changed" in captured.err
     assert "--max-num-seqs 16" in captured.out
     assert "max_queue_delay_microseconds: 0" in captured.out
     assert "--max-batch-size 16" in captured.out

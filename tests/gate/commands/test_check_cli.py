@@ -143,3 +143,14 @@ def test_baseline_save_list_show_and_check_against_it(tmp_path, capsys):
     assert main(["check", str(run), "--gates", str(gates), "--no-write"]) == 3  # no baseline given
     assert main([*args[:-2], "--baseline-dir", str(store), "--baseline", "nope"]) == 2
     assert main(["baseline", "--dir", str(store), "show", "nope"]) == 2
+
+
+def test_outside_a_terminal_gate_names_are_never_cut(tmp_path, capsys):
+    long_name = "ttft_p99_of_the_interactive_class_under_a_saturating_background_burst"
+    gates = write_gates(tmp_path / "gates.yaml", GATES.replace("ttft_p99", long_name))
+    run = _run_dir(tmp_path, 0.1)
+    main(["check", str(run), "--gates", str(gates), "--no-write"])
+    out = capsys.readouterr().out  # captured: not a terminal
+    table = out.split("batchgate verdicts")[1].split("result:")[0]
+    assert "…" not in table
+    assert f"{long_name}@" in table  # 160 columns in a CI log: the whole name on one line
