@@ -22,11 +22,19 @@ import orjson
 
 from gate.rundir.gaps import itl_gaps
 
-__all__ = ["MIRROR_FORMAT", "MIRROR_VERSION", "mirror_dir", "read_mirror"]
+__all__ = [
+    "CATEGORICAL_FIELDS",
+    "FLOAT_FIELDS",
+    "MIRROR_FORMAT",
+    "MIRROR_VERSION",
+    "mirror_dir",
+    "read_mirror",
+]
 
 MIRROR_FORMAT = "batchgate.request_columns"
 MIRROR_VERSION = 1
-_FLOAT_FIELDS = (
+# The request record's numeric and categorical fields (docs/records.md): one list for both readers.
+FLOAT_FIELDS = (
     "planned_at",
     "sent_at",
     "first_token_at",
@@ -35,10 +43,10 @@ _FLOAT_FIELDS = (
     "output_tokens",
     "http_status",
 )
-_CATEGORICAL_FIELDS = ("status", "stage", "priority", "length_class", "endpoint")
+CATEGORICAL_FIELDS = ("status", "stage", "priority", "length_class", "endpoint")
 _DTYPES = {
-    **{name: "<f8" for name in _FLOAT_FIELDS},
-    **{name: "<i2" for name in _CATEGORICAL_FIELDS},
+    **{name: "<f8" for name in FLOAT_FIELDS},
+    **{name: "<i2" for name in CATEGORICAL_FIELDS},
     "num_chunks": "<i8",
     "chunk_times": "<f8",
     "chunk_tokens": "<i4",
@@ -92,14 +100,14 @@ def read_mirror(jsonl_path: Path) -> dict[str, Any] | None:
         if stamp["jsonl_bytes"] != jsonl_path.stat().st_size:
             return None
         arrays = {name: np.load(directory / f"{name}.npy", mmap_mode="r") for name in _DTYPES}
-        names = {name: tuple(str(v) for v in stamp["names"][name]) for name in _CATEGORICAL_FIELDS}
+        names = {name: tuple(str(v) for v in stamp["names"][name]) for name in CATEGORICAL_FIELDS}
     except (OSError, ValueError, KeyError, TypeError, orjson.JSONDecodeError):
         return None
     for name, array in arrays.items():
         if array.dtype != np.dtype(_DTYPES[name]) or array.ndim != 1:
             return None
     num_chunks = arrays["num_chunks"]
-    if any(len(arrays[k]) != n for k in (*_FLOAT_FIELDS, *_CATEGORICAL_FIELDS, "num_chunks")):
+    if any(len(arrays[k]) != n for k in (*FLOAT_FIELDS, *CATEGORICAL_FIELDS, "num_chunks")):
         return None
     if n and int(num_chunks.min()) < 0:
         return None
@@ -111,14 +119,14 @@ def read_mirror(jsonl_path: Path) -> dict[str, Any] | None:
             return None
     except (OSError, ValueError, KeyError, TypeError, orjson.JSONDecodeError):
         return None
-    for name in _CATEGORICAL_FIELDS:
+    for name in CATEGORICAL_FIELDS:
         codes = arrays[name]
         if n and (int(codes.min()) < 0 or int(codes.max()) >= len(names[name])):
             return None
     gaps, counts = _itl(arrays["chunk_times"], arrays["chunk_tokens"], num_chunks)
     return {
-        **{name: np.array(arrays[name]) for name in _FLOAT_FIELDS},
-        **{name: (np.array(arrays[name]), names[name]) for name in _CATEGORICAL_FIELDS},
+        **{name: np.array(arrays[name]) for name in FLOAT_FIELDS},
+        **{name: (np.array(arrays[name]), names[name]) for name in CATEGORICAL_FIELDS},
         "itl_seconds": gaps,
         "itl_counts": counts,
     }

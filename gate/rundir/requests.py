@@ -22,22 +22,15 @@ import numpy as np
 import orjson
 
 from gate.errors import BatchgateError, ExitCode
-from gate.rundir.columns import read_mirror
+from gate.rundir.columns import CATEGORICAL_FIELDS, FLOAT_FIELDS, read_mirror
 from gate.rundir.gaps import itl_gaps
 
 __all__ = ["Categorical", "RecordsError", "RequestColumns", "read_requests"]
 
 _BLOCK_BYTES = 16 * 1024 * 1024
-_FLOAT_FIELDS = (
-    "planned_at",
-    "sent_at",
-    "first_token_at",
-    "done_at",
-    "prompt_tokens",
-    "output_tokens",
-    "http_status",
-)
-_CATEGORICAL_FIELDS = ("status", "stage", "priority", "length_class")
+_FLOAT_FIELDS = FLOAT_FIELDS
+# `endpoint` is optional in a JSONL record (older records lack it): read apart from the others.
+_CATEGORICAL_FIELDS = tuple(f for f in CATEGORICAL_FIELDS if f != "endpoint")
 _get_floats = itemgetter(*_FLOAT_FIELDS)
 _get_categoricals = itemgetter(*_CATEGORICAL_FIELDS)
 _get_chunk_times = itemgetter("chunk_times")
