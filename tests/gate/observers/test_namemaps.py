@@ -1,14 +1,33 @@
-"""Name maps: each server's exposition maps to glossary names; missing means unavailable."""
+"""Name maps: each server's exposition maps to glossary names; missing means unavailable.
+
+The vLLM, SGLang, TGI and llama.cpp expositions are fixtures under fixtures/, each opening with
+a comment that says where its names come from (the server's own source, docs or a capture).
+"""
 
 from __future__ import annotations
+
+from pathlib import Path
 
 import pytest
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
 
-from gate.observers.namemaps import GLOSSARY_NAMES, NAME_MAPS, detect_server_kind, map_metrics
+from gate.observers.namemaps import (
+    GLOSSARY_NAMES,
+    GLOSSARY_UNITS,
+    NAME_MAPS,
+    SERVER_KINDS,
+    detect_server_kind,
+    map_metrics,
+    unavailable_reason,
+)
 from gate.observers.prom_scraper import parse_exposition
 
+FIXTURES = Path(__file__).parent / "fixtures"
 STEP_BUCKETS = (0.0001, 0.0005, 0.001, 0.005, 0.01, 0.1, 1.0, 10.0)
+
+
+def fixture(name: str) -> str:
+    return (FIXTURES / name).read_text()
 
 
 def batchgate_exposition() -> str:
@@ -34,16 +53,27 @@ def batchgate_exposition() -> str:
     finished = Counter("batchgate_requests_finished_total", "f", ["finish_reason"], registry=reg)
     finished.labels("length").inc(30)
     finished.labels("stop").inc(2)
+    rejected = Counter("batchgate_requests_rejected_total", "x", ["reason"], registry=reg)
+    rejected.labels("queue_full").inc(2)
+    Counter("batchgate_requests_aborted_total", "a", registry=reg).inc(1)
     step = Histogram("batchgate_step_duration_seconds", "s", buckets=STEP_BUCKETS, registry=reg)
     for v in (0.0002, 0.0003, 0.002, 0.05):
         step.observe(v)
+    tokens = Histogram("batchgate_step_num_tokens", "n", buckets=(8, 64), registry=reg)
+    for v in (1, 10, 100):
+        tokens.observe(v)
     ttft = Histogram("batchgate_ttft_seconds", "t", prio, buckets=(0.1, 1.0), registry=reg)
     ttft.labels("interactive").observe(0.05)
     ttft.labels("batch").observe(0.5)
     ttft.labels("batch").observe(5.0)
+    queue = Histogram("batchgate_queue_seconds", "q", prio, buckets=(0.1,), registry=reg)
+    queue.labels("batch").observe(0.2)
+    itl = Histogram("batchgate_inter_token_seconds", "i", prio, buckets=(0.01,), registry=reg)
+    itl.labels("interactive").observe(0.005)
     return generate_latest(reg).decode()
 
 
+# Kept for test_prom_scraper: current vLLM names, no cache_config_info (so no kv_blocks_total).
 VLLM_CURRENT = """\
 # TYPE vllm:num_requests_running gauge
 vllm:num_requests_running{engine="0",model_name="m"} 4.0
@@ -70,48 +100,40 @@ vllm:time_to_first_token_seconds_sum{engine="0",model_name="m"} 4.2
 process_resident_memory_bytes 1.5e9
 """
 
-VLLM_LEGACY = """\
+# Only the deprecated names vLLM still shows with --show-hidden-metrics-for-version.
+VLLM_HIDDEN_ONLY = """\
 # TYPE vllm:gpu_cache_usage_perc gauge
-vllm:gpu_cache_usage_perc{model_name="m"} 0.8
-# TYPE vllm:num_preemptions counter
-vllm:num_preemptions{model_name="m"} 3.0
-# TYPE vllm:num_requests_running gauge
-vllm:num_requests_running{model_name="m"} 1.0
+vllm:gpu_cache_usage_perc{engine="0",model_name="m"} 0.8
+# TYPE vllm:gpu_prefix_cache_queries counter
+vllm:gpu_prefix_cache_queries_total{engine="0",model_name="m"} 50.0
+# TYPE vllm:gpu_prefix_cache_hits counter
+vllm:gpu_prefix_cache_hits_total{engine="0",model_name="m"} 5.0
+# TYPE vllm:time_per_output_token_seconds histogram
+vllm:time_per_output_token_seconds_bucket{engine="0",le="0.01",model_name="m"} 7.0
+vllm:time_per_output_token_seconds_bucket{engine="0",le="+Inf",model_name="m"} 9.0
+vllm:time_per_output_token_seconds_count{engine="0",model_name="m"} 9.0
+vllm:time_per_output_token_seconds_sum{engine="0",model_name="m"} 0.2
 """
 
-SGLANG = """\
-# TYPE sglang:num_running_reqs gauge
-sglang:num_running_reqs{model_name="m"} 8.0
-# TYPE sglang:num_queue_reqs gauge
-sglang:num_queue_reqs{model_name="m"} 3.0
-# TYPE sglang:token_usage gauge
-sglang:token_usage{model_name="m"} 0.28
-# TYPE sglang:prompt_tokens_total counter
-sglang:prompt_tokens_total{model_name="m"} 8128902.0
-"""
+FIXTURE_KINDS = {
+    "vllm-metrics.txt": "vllm",
+    "sglang-docs-sample.txt": "sglang",
+    "sglang-collector-names.txt": "sglang",
+    "tgi-metrics.txt": "tgi",
+    "llamacpp-metrics.txt": "llamacpp",
+}
 
-TGI = """\
-# TYPE tgi_queue_size gauge
-tgi_queue_size 4
-# TYPE tgi_batch_current_size gauge
-tgi_batch_current_size 12
-# TYPE tgi_request_success counter
-tgi_request_success 40
-# TYPE tgi_request_input_length histogram
-tgi_request_input_length_bucket{le="100"} 10
-tgi_request_input_length_bucket{le="+Inf"} 40
-tgi_request_input_length_sum 8000
-tgi_request_input_length_count 40
-# TYPE tgi_batch_inference_duration histogram
-tgi_batch_inference_duration_bucket{method="prefill",le="0.01"} 1
-tgi_batch_inference_duration_bucket{method="prefill",le="+Inf"} 4
-tgi_batch_inference_duration_sum{method="prefill"} 0.3
-tgi_batch_inference_duration_count{method="prefill"} 4
-tgi_batch_inference_duration_bucket{method="decode",le="0.01"} 90
-tgi_batch_inference_duration_bucket{method="decode",le="+Inf"} 100
-tgi_batch_inference_duration_sum{method="decode"} 0.9
-tgi_batch_inference_duration_count{method="decode"} 100
-"""
+# Bare counter names that prometheus_client never writes (it appends `_total`).
+NEVER_MATCHING = {
+    "vllm:num_preemptions",
+    "vllm:prompt_tokens",
+    "vllm:generation_tokens",
+    "vllm:request_success",
+    "sglang:prompt_tokens",
+    "sglang:generation_tokens",
+    "sglang:num_requests",
+    "tgi_request_success",
+}
 
 
 def mapped(text: str, kind: str | None = None):
@@ -119,24 +141,62 @@ def mapped(text: str, kind: str | None = None):
     return map_metrics(kind or detect_server_kind(samples), samples)
 
 
-def test_bundled_server_maps_every_glossary_metric():
+def names_used(kind: str) -> set[str]:
+    return {name for source in NAME_MAPS[kind].values() for name in source.names}
+
+
+def not_exposed_in(kind: str) -> set[str]:
+    return {g for g, source in NAME_MAPS[kind].items() if not source.exposed}
+
+
+@pytest.mark.parametrize(("name", "kind"), sorted(FIXTURE_KINDS.items()))
+def test_each_fixture_says_where_its_names_come_from_and_is_detected(name, kind):
+    text = fixture(name)
+    first = text.splitlines()[0]
+    assert first.startswith("# ") and not first.startswith(("# HELP", "# TYPE"))
+    samples = parse_exposition(text)
+    assert detect_server_kind(samples) == kind
+    metrics, unavailable = map_metrics(kind, samples)
+    assert set(metrics) | set(unavailable) == set(GLOSSARY_NAMES)
+    assert not set(metrics) & set(unavailable)
+    # What the server cannot give is unavailable whatever the scrape holds, never a number.
+    assert not_exposed_in(kind) <= set(unavailable)
+
+
+def test_bundled_server_maps_everything_but_what_it_does_not_have():
     text = batchgate_exposition()
     assert detect_server_kind(parse_exposition(text)) == "batchgate"
     metrics, unavailable = mapped(text)
-    assert unavailable == []
-    assert set(metrics) == set(GLOSSARY_NAMES)
+    assert set(unavailable) == not_exposed_in("batchgate")
+    assert set(unavailable) == {
+        "forward_duration_seconds",
+        "prefix_cache_queries_total",
+        "prefix_cache_hits_total",
+    }
     assert metrics["num_requests_running"] == {"batch": 5, "interactive": 3}
     assert metrics["num_requests_waiting"] == {"batch": 7, "interactive": 1}
     assert metrics["kv_usage_ratio"] == pytest.approx(0.42)
     assert metrics["preemptions_total"] == 4
     assert metrics["recomputed_tokens_total"] == 120
     assert metrics["requests_finished_total"] == 32
+    assert metrics["requests_failed_total"] == 3
     assert metrics["device_memory_used_bytes"] == 2**30
     step = metrics["step_duration_seconds"]
     assert step["count"] == 4 and step["sum"] == pytest.approx(0.0525)
     assert step["buckets"]["0.0005"] == 2 and step["buckets"]["0.005"] == 3
     assert step["buckets"]["+Inf"] == 4
     assert next(iter(step["buckets"])) == "0.0001"
+    assert metrics["step_tokens"]["buckets"] == {"8.0": 1, "64.0": 2, "+Inf": 3}
+    assert metrics["queue_time_seconds"]["count"] == 1
+    assert metrics["inter_token_latency_seconds"]["count"] == 1
+
+
+def test_bundled_failed_requests_are_counted_before_any_rejection():
+    reg = CollectorRegistry()
+    Counter("batchgate_requests_rejected_total", "x", ["reason"], registry=reg)  # no series yet
+    Counter("batchgate_requests_aborted_total", "a", registry=reg)
+    metrics, _ = mapped(generate_latest(reg).decode(), "batchgate")
+    assert metrics["requests_failed_total"] == 0
 
 
 def test_histogram_series_are_merged_over_label_sets():
@@ -146,48 +206,240 @@ def test_histogram_series_are_merged_over_label_sets():
     assert ttft["count"] == 3 and ttft["sum"] == pytest.approx(5.55)
 
 
-def test_vllm_current_names_map_and_missing_ones_are_unavailable_not_zero():
-    metrics, unavailable = mapped(VLLM_CURRENT)
+def test_vllm_fixture_maps_each_metric_with_its_value():
+    metrics, unavailable = mapped(fixture("vllm-metrics.txt"))
     assert metrics["num_requests_running"] == 4
     assert metrics["num_requests_waiting"] == 2
-    assert metrics["kv_usage_ratio"] == pytest.approx(0.37)
+    assert metrics["kv_usage_ratio"] == pytest.approx(0.37)  # 0..1 despite "_perc"
+    assert metrics["kv_blocks_total"] == 23456  # cache_config_info{num_gpu_blocks}
     assert metrics["preemptions_total"] == 6
     assert metrics["prompt_tokens_total"] == 900
     assert metrics["generation_tokens_total"] == 4000
-    assert metrics["requests_finished_total"] == 15
-    assert metrics["ttft_seconds"]["buckets"] == {"0.1": 3, "1.0": 9, "+Inf": 10}
+    assert metrics["requests_finished_total"] == 15  # every finished_reason
     assert metrics["process_resident_memory_bytes"] == 1.5e9
-    for name in ("kv_blocks_used", "recomputed_tokens_total", "step_duration_seconds"):
-        assert name in unavailable and name not in metrics
-    assert set(metrics) | set(unavailable) == set(GLOSSARY_NAMES)
+    assert metrics["prefix_cache_queries_total"] == 1200
+    assert metrics["prefix_cache_hits_total"] == 320
+    assert metrics["ttft_seconds"]["buckets"] == {"0.1": 3, "1.0": 9, "+Inf": 15}
+    assert metrics["queue_time_seconds"]["buckets"] == {"0.3": 12, "1.0": 14, "+Inf": 15}
+    assert metrics["queue_time_seconds"]["sum"] == pytest.approx(2.5)
+    assert metrics["inter_token_latency_seconds"]["count"] == 3985
+    # A histogram although its name ends in _total.
+    assert metrics["step_tokens"]["count"] == 1000
+    assert metrics["step_tokens"]["sum"] == 4900
+    assert metrics["step_tokens"]["buckets"]["8.0"] == 900
+    assert set(unavailable) == {
+        "kv_blocks_used",
+        "recomputed_tokens_total",
+        "prefill_tokens_total",
+        "step_duration_seconds",
+        "device_memory_used_bytes",
+        "forward_duration_seconds",
+        "requests_failed_total",
+    }
 
 
-def test_vllm_legacy_names_still_map():
-    samples = parse_exposition(VLLM_LEGACY)
+def test_vllm_cannot_give_recompute_or_kv_leak_and_says_why():
+    for name in ("recomputed_tokens_total", "prefill_tokens_total", "kv_blocks_used"):
+        reason = unavailable_reason("vllm", name)
+        assert reason, name
+    assert "ratio" in unavailable_reason("vllm", "kv_blocks_used")
+    assert unavailable_reason("vllm", "preemptions_total") is None
+
+
+def test_vllm_hidden_deprecated_names_still_map():
+    samples = parse_exposition(VLLM_HIDDEN_ONLY)
     assert detect_server_kind(samples) == "vllm"
     metrics, _ = map_metrics("vllm", samples)
     assert metrics["kv_usage_ratio"] == pytest.approx(0.8)
-    assert metrics["preemptions_total"] == 3
+    assert metrics["prefix_cache_queries_total"] == 50
+    assert metrics["prefix_cache_hits_total"] == 5
+    assert metrics["inter_token_latency_seconds"]["buckets"] == {"0.01": 7, "+Inf": 9}
 
 
-def test_sglang_names_map():
-    metrics, unavailable = mapped(SGLANG)
-    assert metrics == {
-        "num_requests_running": 8,
-        "num_requests_waiting": 3,
-        "kv_usage_ratio": pytest.approx(0.28),
-        "prompt_tokens_total": 8128902,
-    }
-    assert "generation_tokens_total" in unavailable
+def test_vllm_current_names_win_over_deprecated_ones():
+    text = fixture("vllm-metrics.txt").replace(
+        'vllm:gpu_cache_usage_perc{engine="0",model_name="TinyLlama/TinyLlama-1.1B-Chat-v1.0"}'
+        " 0.37",
+        'vllm:gpu_cache_usage_perc{engine="0",model_name="TinyLlama/TinyLlama-1.1B-Chat-v1.0"}'
+        " 0.99",
+    )
+    metrics, _ = mapped(text)
+    assert metrics["kv_usage_ratio"] == pytest.approx(0.37)
 
 
-def test_tgi_names_map_including_histogram_sums():
-    metrics, _ = mapped(TGI)
+def test_vllm_kv_pool_size_sums_engines_and_needs_a_number():
+    info = "# TYPE vllm:cache_config_info gauge\n"
+    two = info + (
+        'vllm:cache_config_info{block_size="16",engine="0",num_gpu_blocks="100"} 1.0\n'
+        'vllm:cache_config_info{block_size="16",engine="1",num_gpu_blocks="120"} 1.0\n'
+    )
+    assert mapped(two, "vllm")[0]["kv_blocks_total"] == 220
+    unsized = info + 'vllm:cache_config_info{block_size="16",num_gpu_blocks="None"} 1.0\n'
+    metrics, unavailable = mapped(unsized, "vllm")
+    assert "kv_blocks_total" in unavailable and "kv_blocks_total" not in metrics
+
+
+def test_vllm_minimal_exposition_still_maps():
+    metrics, unavailable = mapped(VLLM_CURRENT)
+    assert metrics["requests_finished_total"] == 15
+    assert "kv_blocks_total" in unavailable
+
+
+def test_sglang_documented_sample_maps():
+    metrics, unavailable = mapped(fixture("sglang-docs-sample.txt"))
+    assert metrics["num_requests_running"] == 162
+    assert metrics["num_requests_waiting"] == 2826
+    assert metrics["kv_usage_ratio"] == pytest.approx(0.28)
+    assert metrics["kv_blocks_used"] == 123859
+    assert metrics["prompt_tokens_total"] == 8128902
+    assert metrics["generation_tokens_total"] == 7557572
+    assert metrics["ttft_seconds"]["count"] == 11008
+    assert metrics["ttft_seconds"]["buckets"]["1.0"] == 27
+    # The sample predates inter_token_latency_seconds: its old name feeds the same metric.
+    assert metrics["inter_token_latency_seconds"]["count"] == 7400757
+    for name in ("kv_blocks_total", "preemptions_total", "requests_finished_total"):
+        assert name in unavailable  # not in this older sample, so no data (not zero)
+
+
+def test_sglang_collector_names_map():
+    metrics, _ = mapped(fixture("sglang-collector-names.txt"))
+    assert metrics["kv_blocks_used"] == 30000  # token slots
+    assert metrics["kv_blocks_total"] == 120000
+    assert metrics["kv_usage_ratio"] == pytest.approx(0.25)
+    assert metrics["preemptions_total"] == 7  # retractions, not the num_retracted_reqs gauge
+    assert metrics["requests_finished_total"] == 40
+    assert metrics["prefix_cache_hits_total"] == 2000
+    assert metrics["queue_time_seconds"]["buckets"] == {"0.0": 2, "0.1": 30, "1.0": 39, "+Inf": 40}
+    assert metrics["inter_token_latency_seconds"]["count"] == 7960
+
+
+def test_tgi_names_map_including_typed_counters_and_histogram_sums():
+    metrics, _ = mapped(fixture("tgi-metrics.txt"))
     assert metrics["num_requests_waiting"] == 4
     assert metrics["num_requests_running"] == 12
+    # `tgi_request_success 40` on the wire, a typed counter: parsed as ..._total.
     assert metrics["requests_finished_total"] == 40
+    assert metrics["requests_failed_total"] == 4  # summed over err
     assert metrics["prompt_tokens_total"] == 8000
+    assert metrics["generation_tokens_total"] == 3600
     assert metrics["step_duration_seconds"]["buckets"] == {"0.01": 91, "+Inf": 104}
+    assert metrics["forward_duration_seconds"]["buckets"] == {"0.01": 97, "+Inf": 104}
+    assert metrics["forward_duration_seconds"]["sum"] == pytest.approx(0.9)
+    assert metrics["queue_time_seconds"]["count"] == 40
+
+
+def test_llamacpp_capture_maps():
+    metrics, unavailable = mapped(fixture("llamacpp-metrics.txt"))
+    assert metrics == {
+        "num_requests_running": 0,
+        "num_requests_waiting": 0,
+        "prefill_tokens_total": 181,  # evaluated, cached excluded
+        "prompt_tokens_total": 283,  # 181 evaluated + 102 reused
+        "generation_tokens_total": 4020,
+        "prefix_cache_queries_total": 283,
+        "prefix_cache_hits_total": 102,
+    }
+    assert "preemptions_total" in unavailable and "recomputed_tokens_total" in unavailable
+
+
+def test_llamacpp_without_cache_counter_has_no_prompt_total():
+    text = "\n".join(
+        line
+        for line in fixture("llamacpp-metrics.txt").splitlines()
+        if "prompt_tokens_cached_total" not in line
+    )
+    metrics, unavailable = mapped(text)
+    assert metrics["prefill_tokens_total"] == 181
+    for name in ("prompt_tokens_total", "prefix_cache_queries_total", "prefix_cache_hits_total"):
+        assert name in unavailable
+
+
+def test_llamacpp_old_kv_ratio_maps():
+    text = "# TYPE llamacpp:kv_cache_usage_ratio gauge\nllamacpp:kv_cache_usage_ratio 0.25\n"
+    assert mapped(text)[0]["kv_usage_ratio"] == pytest.approx(0.25)
+
+
+def test_never_matching_fallbacks_are_gone():
+    for kind in NAME_MAPS:
+        assert not names_used(kind) & NEVER_MATCHING, kind
+
+
+def test_counter_sources_are_looked_up_with_the_total_suffix():
+    for kind, table in NAME_MAPS.items():
+        for glossary_name, source in table.items():
+            if GLOSSARY_UNITS[glossary_name][0] != "counter" or source.shape == "histogram_sum":
+                continue
+            for name in source.names:
+                assert name.endswith("_total"), (kind, glossary_name, name)
+
+
+def test_bare_counter_names_never_appear_after_parsing():
+    samples = parse_exposition(
+        "# TYPE vllm:num_preemptions counter\nvllm:num_preemptions 3\n"
+        "# TYPE tgi_request_success counter\ntgi_request_success 2\n"
+    )
+    assert set(samples) == {"vllm:num_preemptions_total", "tgi_request_success_total"}
+
+
+def test_unmapped_names_stay_unmapped():
+    unmapped = {
+        "vllm": {
+            "vllm:e2e_request_latency_seconds",
+            "vllm:request_prefill_time_seconds",
+            "vllm:request_prompt_tokens",
+            "vllm:request_params_n",
+        },
+        "sglang": {
+            "sglang:func_latency_seconds",
+            "sglang:gen_throughput",
+            "sglang:cache_hit_rate",
+            "sglang:num_retracted_reqs",
+            "sglang:num_aborted_requests_total",
+            "sglang:e2e_request_latency_seconds",
+        },
+        "tgi": {
+            "tgi_request_duration",
+            "tgi_request_mean_time_per_token_duration",
+            "tgi_request_count_total",
+            "tgi_batch_current_max_tokens",
+        },
+        "llamacpp": {
+            "llamacpp:n_decode_total",
+            "llamacpp:n_busy_slots_per_decode",
+            "llamacpp:prompt_tokens_seconds",
+            "llamacpp:n_tokens_max",
+        },
+    }
+    for kind, names in unmapped.items():
+        assert not names_used(kind) & names, kind
+    metrics, _ = mapped(fixture("sglang-collector-names.txt"))
+    assert set(metrics) <= set(GLOSSARY_NAMES)
+
+
+@pytest.mark.parametrize("kind", ["sglang", "tgi", "llamacpp"])
+def test_process_memory_is_not_taken_from_servers_without_a_process_collector(kind):
+    name = next(f for f, k in FIXTURE_KINDS.items() if k == kind)
+    text = fixture(name) + "# TYPE process_resident_memory_bytes gauge\n"
+    text += "process_resident_memory_bytes 1e9\n"
+    metrics, unavailable = mapped(text, kind)
+    assert "process_resident_memory_bytes" in unavailable
+    assert "process_resident_memory_bytes" not in metrics
+    assert unavailable_reason(kind, "process_resident_memory_bytes")
+
+
+def test_every_server_table_covers_the_whole_glossary():
+    for kind in SERVER_KINDS:
+        assert set(NAME_MAPS[kind]) <= set(GLOSSARY_NAMES), kind
+        if kind != "unknown":
+            assert set(NAME_MAPS[kind]) == set(GLOSSARY_NAMES), kind
+    assert set(GLOSSARY_UNITS) == set(GLOSSARY_NAMES)
+    assert unavailable_reason("unknown", "kv_usage_ratio")
+
+
+def test_ratios_are_fractions_on_every_fixture():
+    for name, kind in FIXTURE_KINDS.items():
+        value = mapped(fixture(name), kind)[0].get("kv_usage_ratio")
+        assert value is None or 0.0 <= value <= 1.0, name
 
 
 def test_nan_gauge_is_unavailable():
@@ -200,6 +452,7 @@ def test_kind_detection():
     assert detect_server_kind(["foo", "bar"]) == "unknown"
     assert detect_server_kind(["tgi_queue_size", "process_cpu_seconds_total"]) == "tgi"
     assert detect_server_kind(["sglang:token_usage"]) == "sglang"
+    assert detect_server_kind(["llamacpp:requests_processing"]) == "llamacpp"
 
 
 def test_unknown_server_maps_only_generic_process_metrics():
@@ -208,11 +461,8 @@ def test_unknown_server_maps_only_generic_process_metrics():
     assert len(unavailable) == len(GLOSSARY_NAMES) - 1
 
 
-def test_every_map_uses_only_glossary_names():
-    for kind, table in NAME_MAPS.items():
-        assert set(table) <= set(GLOSSARY_NAMES), kind
-
-
 def test_unknown_kind_is_refused():
     with pytest.raises(ValueError, match="unknown server kind"):
         map_metrics("triton", {})
+    with pytest.raises(ValueError, match="unknown server kind"):
+        unavailable_reason("triton", "kv_usage_ratio")
