@@ -228,6 +228,14 @@ def _vllm(key: str, value: Any) -> Equivalent:
             exact=False,
             note="recent vLLM only; older ones size the cache by --gpu-memory-utilization",
         )
+    if key == "num_gpu_blocks_override":
+        return Equivalent(
+            server=s,
+            key=key,
+            setting=f"--num-gpu-blocks-override {value}",
+            exact=True,
+            note="the same setting: the KV pool in blocks (of --block-size tokens)",
+        )
     return _none(s, key, "no vLLM equivalent")
 
 
@@ -325,6 +333,14 @@ def _triton(key: str, value: Any) -> Equivalent:
             exact=False,
             note="TensorRT-LLM backend parameters; sized as a fraction or in tokens, not bytes",
         )
+    if key == "num_gpu_blocks_override":
+        return Equivalent(
+            server=s,
+            key=key,
+            setting="max_tokens_in_paged_kv_cache = blocks x tokens per block",
+            exact=False,
+            note="TensorRT-LLM backend parameter; a token budget, not blocks",
+        )
     return _none(s, key, "no Triton equivalent")
 
 
@@ -369,6 +385,14 @@ def _tgi(key: str, value: Any) -> Equivalent:
             setting="--cuda-memory-fraction / --max-batch-total-tokens",
             exact=False,
             note="TGI sizes the KV cache from a memory fraction or a token budget, not bytes",
+        )
+    if key == "num_gpu_blocks_override":
+        return Equivalent(
+            server=s,
+            key=key,
+            setting="--max-batch-total-tokens (blocks x tokens per block)",
+            exact=False,
+            note="TGI bounds the KV cache by a token budget, not blocks",
         )
     return _none(s, key, "no TGI equivalent")
 

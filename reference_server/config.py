@@ -170,6 +170,9 @@ class EngineConfig:
     seed: int = 0
     block_size: int = 16
     kv_cache_memory_bytes: int | None = None  # None => the runner's default budget
+    # vLLM's name: the KV pool in blocks whatever the model's bytes per token (a budget in bytes
+    # holds 4x fewer tokens on a model with 4x the KV width). Wins over the byte budget.
+    num_gpu_blocks_override: int | None = None
     gpu_memory_utilization: float = 0.5
     watermark_ratio: float = 0.01
     max_model_len: int = 2048
@@ -193,6 +196,8 @@ class EngineConfig:
         _int("block_size", self.block_size, minimum=1)
         if self.kv_cache_memory_bytes is not None:
             _int("kv_cache_memory_bytes", self.kv_cache_memory_bytes, minimum=1)
+        if self.num_gpu_blocks_override is not None:
+            _int("num_gpu_blocks_override", self.num_gpu_blocks_override, minimum=1)
         _number("gpu_memory_utilization", self.gpu_memory_utilization, minimum=0.01, maximum=1.0)
         _number("watermark_ratio", self.watermark_ratio, minimum=0.0, maximum=0.5)
         _int("max_model_len", self.max_model_len, minimum=2)

@@ -64,6 +64,7 @@ class Engine:
                 seed=config.seed,
                 block_size=config.block_size,
                 kv_cache_memory_bytes=config.kv_cache_memory_bytes,
+                num_kv_blocks_override=config.num_gpu_blocks_override,
                 gpu_memory_utilization=config.gpu_memory_utilization,
                 max_model_len=config.max_model_len,
                 max_num_batched_tokens=config.batching.max_num_batched_tokens,

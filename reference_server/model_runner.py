@@ -87,6 +87,7 @@ class ModelRunner:
         seed: int = 0,
         block_size: int = 16,
         kv_cache_memory_bytes: int | None = None,
+        num_kv_blocks_override: int | None = None,
         gpu_memory_utilization: float = 0.5,
         max_model_len: int = 2048,
         max_num_batched_tokens: int = 2048,
@@ -147,16 +148,19 @@ class ModelRunner:
         self._check_max_model_len()
         self.vocab_size = self.model_config.vocab_size
 
-        budget_bytes = self._kv_budget_bytes(kv_cache_memory_bytes, gpu_memory_utilization)
-        try:
-            num_blocks = num_blocks_for_budget(
-                self.model_config,
-                block_size=self.block_size,
-                dtype=self.dtype,
-                budget_bytes=budget_bytes,
-            )
-        except ValueError as exc:
-            raise ConfigError("kv_cache_memory_bytes", str(exc)) from None
+        if num_kv_blocks_override is not None:
+            num_blocks = _positive_int("num_gpu_blocks_override", num_kv_blocks_override)
+        else:
+            budget_bytes = self._kv_budget_bytes(kv_cache_memory_bytes, gpu_memory_utilization)
+            try:
+                num_blocks = num_blocks_for_budget(
+                    self.model_config,
+                    block_size=self.block_size,
+                    dtype=self.dtype,
+                    budget_bytes=budget_bytes,
+                )
+            except ValueError as exc:
+                raise ConfigError("kv_cache_memory_bytes", str(exc)) from None
         self.kv_cache = KVCache(
             self.model_config,
             num_blocks=num_blocks,
@@ -283,7 +287,8 @@ class ModelRunner:
 
     def _mask_forbidden(self, logits: torch.Tensor, seqs: list[Sequence]) -> None:
         """Random weights would emit EOS/special tokens at random; a synthetic generation must
-        run to max_tokens unless the request's own stop_token_ids name a special token."""
+        run to max_tokens unless the request's own stop_token_ids name a special token. A
+        request still short of its min_tokens cannot sample EOS or its stop_token_ids."""
         if self.is_synthetic:
             allowed = [
                 (row, t)
@@ -295,10 +300,15 @@ class ModelRunner:
             logits[:, NUM_BYTE_TOKENS:] = float("-inf")
             for (row, t), value in zip(allowed, saved, strict=True):
                 logits[row, t] = value
-            return
-        ignore_rows = [row for row, seq in enumerate(seqs) if seq.sampling_params.ignore_eos]
-        if ignore_rows:
-            logits[ignore_rows, self.eos_token_id] = float("-inf")
+        else:
+            ignore_rows = [row for row, seq in enumerate(seqs) if seq.sampling_params.ignore_eos]
+            if ignore_rows:
+                logits[ignore_rows, self.eos_token_id] = float("-inf")
+        for row, seq in enumerate(seqs):
+            params = seq.sampling_params
+            if params.min_tokens > len(seq.output_token_ids):
+                banned = [self.eos_token_id, *params.stop_token_ids]
+                logits[row, [t for t in banned if 0 <= t < self.vocab_size]] = float("-inf")
 
     @torch.inference_mode()
     def embed(self, token_id_lists: list[list[int]]) -> list[list[float]]:

@@ -138,6 +138,12 @@ def add_common_arguments(parser: argparse.ArgumentParser) -> None:
         "calibration.json to reuse",
     )
     parser.add_argument(
+        "--keep-preset",
+        action="store_true",
+        help="with --target and --preset: leave the target on the preset after the run (by "
+        "default its previous settings, recorded in the manifest, are restored)",
+    )
+    parser.add_argument(
         "--target",
         metavar="URL",
         help="gate a running OpenAI-compatible server instead of the bundled one",

@@ -111,6 +111,7 @@ def run(args: argparse.Namespace) -> int:
         admin_token=args.admin_token,
         load_workers=args.workers,
         calibration=args.calibration,
+        keep_preset=args.keep_preset,
     )
     view = LiveView()
     view.message(

@@ -28,6 +28,7 @@ _PRESET_KEYS = {
     "max_prefill_chunk_tokens": "int0",
     "shared_queue": "bool",
     "kv_cache_memory_bytes": "bytes",
+    "num_gpu_blocks_override": "int1",
     "interactive": "class",
     "batch": "class",
 }

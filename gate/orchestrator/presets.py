@@ -1,7 +1,7 @@
 """A gates-file preset as the bundled server's start flags, or as a live settings change.
 
-Owns the split of preset keys into start-only engine settings (`kv_cache_memory_bytes`: the KV
-pool is sized once, so it can only be a `--kv-cache-memory-bytes` flag) and live batching
+Owns the split of preset keys into start-only engine settings (`kv_cache_memory_bytes`,
+`num_gpu_blocks_override`: the KV pool is sized once, so they can only be flags) and live batching
 settings (everything `PUT /admin/batching` accepts), and the spelling of each as a
 `python -m reference_server` flag. Preset values were validated by `gate.gates.file`; this
 module does not re-check ranges (the server refuses bad values with a message naming the flag).
@@ -27,7 +27,7 @@ __all__ = [
 REFERENCE_PRESET = "safe"
 
 # Preset keys the server reads once at start; PUT /admin/batching refuses them.
-START_ONLY_KEYS = ("kv_cache_memory_bytes",)
+START_ONLY_KEYS = ("kv_cache_memory_bytes", "num_gpu_blocks_override")
 _CLASSES = ("interactive", "batch")
 
 

@@ -52,6 +52,7 @@ class RunConfig:
     calibration: str = "fresh"
     calibration_spec: CalibrationSpec = field(default_factory=CalibrationSpec)
     calibration_store: Path = Path(".batchgate/calibrations")
+    keep_preset: bool = False  # leave a --target on the preset after the run
     calibrate_only: bool = False  # `batchgate calibrate`: stop after the calibration phase
     # A bundled server someone else started and stops (`batchgate sweep`: one server for every
     # point); the run measures it like its own (the sampler gets its PID) but leaves it running.

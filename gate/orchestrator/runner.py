@@ -22,13 +22,15 @@ from pathlib import Path
 from typing import Any
 
 from gate.errors import ExitCode, UsageError
-from gate.gates.file import validate_against_buckets
+from gate.gates.file import packaged_gates_path, validate_against_buckets
 from gate.orchestrator.calibration import CalibrationFault
 from gate.orchestrator.calibration_phase import CalibrationPhase
+from gate.orchestrator.capabilities import unmeasurable_reason
 from gate.orchestrator.faults import FAULT_EXIT_CODE, RunFault, Terminated, terminate_as_exception
 from gate.orchestrator.live import LiveView
+from gate.orchestrator.live_preset import apply_live_preset, restore_settings
 from gate.orchestrator.manifest import Manifest
-from gate.orchestrator.presets import live_settings, server_flags, start_only
+from gate.orchestrator.presets import server_flags
 from gate.orchestrator.processes import ChildProcess, ProcessError
 from gate.orchestrator.run_config import RunConfig, RunResult
 from gate.orchestrator.server import BundledServer, start_bundled_server
@@ -110,30 +112,57 @@ class _Run:
             self.info = self.client.info()
         except TargetError as exc:
             raise UsageError(f"target not usable: {exc}", ExitCode.NO_DATA) from exc
+        self._drop_unmeasurable()
         # Raises GatesFileError (exit 4) before any load when a histogram cannot resolve a gate.
         validate_against_buckets(self.suite.gates_file, _bucket_bounds(self.info))
         self.manifest.target = self.info.to_manifest()
         self.manifest.write()
 
-    def _apply_live_preset(self, url: str) -> None:
-        from gate.rollback import RollbackError, apply_preset
-
+    def _drop_unmeasurable(self) -> None:
+        """Say what the target is; leave out of the packaged default suite what it cannot
+        measure (a user's own gates stay: they are judged "no data", never pass)."""
+        assert self.info is not None
+        info = self.info
+        self.view.message(
+            f"batchgate: target kind {info.server_kind}"
+            + ("" if info.has_metrics else " (no /metrics: server-side gates not measurable)")
+            + (", exact step records" if info.has_step_records else "")
+        )
+        unmeasurable = {
+            g.name: why
+            for g in self.suite.gates_file.gates
+            if (why := unmeasurable_reason(g, info)) is not None
+        }
+        self.manifest.extra["gates_not_measurable"] = unmeasurable
+        if not unmeasurable or self.suite.source != str(packaged_gates_path()):
+            return
         c = self.config
-        assert c.preset is not None
-        fixed = start_only(c.preset)
-        if fixed:
-            raise UsageError(
-                f"preset {c.preset_name!r} sets {', '.join(fixed)}, which a running server "
-                "cannot change; restart the target with it, or run without --target",
-                ExitCode.USAGE,
-            )
-        try:
-            apply_preset(url, live_settings(c.preset), admin_token=c.admin_token)
-        except RollbackError as exc:
-            raise UsageError(
-                f"cannot apply preset {c.preset_name!r}: {exc}", ExitCode.USAGE
-            ) from exc
-        self.view.message(f"batchgate: applied preset {c.preset_name!r} to {url}")
+        self.suite = select_suite(
+            c.gates_file,
+            c.gates_text,
+            [p.name for p in c.plans],
+            c.run_dir,
+            unmeasurable=unmeasurable,
+        )
+        self.manifest.gates_hash = self.suite.gates_file.sha256
+        self.manifest.extra["gates_skipped"] = list(self.suite.skipped)
+        for name, why in unmeasurable.items():
+            self.view.message(f"batchgate: left out {name}: {why}")
+
+    def _apply_live_preset(self, url: str) -> None:
+        c = self.config
+        assert c.preset is not None and c.preset_name is not None
+        previous = apply_live_preset(url, c.preset_name, c.preset, admin_token=c.admin_token)
+        # What the target ran before, so it can be put back (and is never lost).
+        self.manifest.extra["replaced_settings"] = previous
+        if c.keep_preset:
+            self.view.message(f"batchgate: applied preset {c.preset_name!r} to {url} (kept)")
+            return
+        self.restore = (url, previous)
+        self.view.message(
+            f"batchgate: applied preset {c.preset_name!r} to {url}; its previous settings "
+            "are restored at the end (--keep-preset keeps the preset)"
+        )
 
     def _session_settings(self) -> SessionSettings:
         c = self.config
@@ -212,7 +241,7 @@ class _Run:
         return None
 
     def _restore_settings(self, url: str, settings: dict[str, Any]) -> None:
-        self.view.message(_restore(url, settings, self.config.admin_token))
+        self.view.message(restore_settings(url, settings, admin_token=self.config.admin_token))
 
     def cleanup(self) -> None:
         """Stop every child; a Ctrl-C now would leave strays, so it waits until this is done."""
@@ -230,16 +259,6 @@ class _Run:
         finally:
             if previous is not None:
                 signal.signal(signal.SIGINT, previous)
-
-
-def _restore(url: str, settings: dict[str, Any], admin_token: str | None) -> str:
-    from gate.rollback import RollbackError, apply_preset
-
-    try:
-        apply_preset(url, settings, admin_token=admin_token)
-    except RollbackError as exc:
-        return f"batchgate: could not restore the batching settings of {url}: {exc}"
-    return f"batchgate: restored the batching settings {url} had before the run"
 
 
 def _main_thread() -> bool:

@@ -17,7 +17,13 @@ from typing import Any
 import httpx
 
 from gate.errors import BatchgateError, ExitCode
-from gate.observers.namemaps import detect_server_kind, map_metrics
+from gate.observers.namemaps import (
+    GLOSSARY_NAMES,
+    SERVER_KINDS,
+    detect_server_kind,
+    map_metrics,
+    unavailable_reason,
+)
 from gate.observers.prom_scraper import parse_exposition
 
 __all__ = ["TargetClient", "TargetError", "TargetInfo", "settings_hash"]
@@ -27,6 +33,10 @@ class TargetError(BatchgateError, RuntimeError):
     """The target could not be reached or answered nonsense (message says which URL, why)."""
 
     default_exit_code = ExitCode.NO_DATA
+
+    def __init__(self, message: str, *, status_code: int | None = None) -> None:
+        super().__init__(message)
+        self.status_code = status_code  # the HTTP status that made it unusable, if any
 
 
 def settings_hash(settings: dict[str, Any] | None) -> str | None:
@@ -44,11 +54,18 @@ class TargetInfo:
     batching: dict[str, Any] | None
     bucket_bounds: dict[str, list[float]] = field(default_factory=dict)
     has_step_records: bool = False
+    # False for a plain OpenAI-compatible server without /metrics (kind "openai"): client-side
+    # gates are judged on it; server-side ones are not measurable.
+    has_metrics: bool = True
+    # glossary scrape names the server's name map cannot give ({name: why})
+    unavailable: dict[str, str] = field(default_factory=dict)
 
     def to_manifest(self) -> dict[str, Any]:
         return {
             "url": self.url,
             "server_kind": self.server_kind,
+            "has_metrics": self.has_metrics,
+            "has_step_records": self.has_step_records,
             "model": self.model,
             "batching": self.batching,
             "batching_hash": settings_hash(self.batching),
@@ -87,10 +104,16 @@ class TargetClient:
             ) from exc
 
     def healthy(self) -> bool:
+        """/health answers 200; on a server without /health (404), /v1/models does."""
         try:
-            return self._client.get(self.url + "/health", timeout=2.0).status_code == 200
+            status = self._client.get(self.url + "/health", timeout=2.0).status_code
+            if status == 404:
+                status = self._client.get(
+                    self.url + "/v1/models", headers=self._api_headers, timeout=2.0
+                ).status_code
         except httpx.HTTPError:
             return False
+        return status == 200
 
     def model(self) -> str | None:
         response = self._get("/v1/models", self._api_headers)
@@ -121,7 +144,10 @@ class TargetClient:
         """One /metrics scrape as sample name -> [(labels, value)]; raises TargetError."""
         response = self._get("/metrics", self._api_headers)
         if response.status_code != 200:
-            raise TargetError(f"{self.url}/metrics answered HTTP {response.status_code}")
+            raise TargetError(
+                f"{self.url}/metrics answered HTTP {response.status_code}",
+                status_code=response.status_code,
+            )
         try:
             return parse_exposition(response.text)
         except (ValueError, TypeError, IndexError) as exc:
@@ -167,8 +193,19 @@ class TargetClient:
         return round(total) if seen else None
 
     def info(self) -> TargetInfo:
-        """The start-of-run look at the target; raises TargetError when it is not usable."""
-        kind, metrics = self.scrape()
+        """The start-of-run look at the target; raises TargetError when it is not usable.
+
+        A target that answers /metrics with 404 is a plain OpenAI-compatible server (kind
+        `openai`): usable, with every server-side metric unavailable.
+        """
+        has_metrics = True
+        try:
+            kind, metrics = self.scrape()
+        except TargetError as exc:
+            if exc.status_code != 404:
+                raise
+            kind, metrics, has_metrics = "openai", {}, False
+        model = self.model()  # raises when /v1/models is not an OpenAI model list
         bounds = {
             name: sorted(float(le) for le in value["buckets"])
             for name, value in metrics.items()
@@ -177,8 +214,19 @@ class TargetClient:
         return TargetInfo(
             url=self.url,
             server_kind=kind,
-            model=self.model(),
+            model=model,
             batching=self.batching(),
             bucket_bounds=bounds,
             has_step_records=self.has_step_records(),
+            has_metrics=has_metrics,
+            unavailable=_unavailable(kind, has_metrics),
         )
+
+
+def _unavailable(kind: str, has_metrics: bool) -> dict[str, str]:
+    if not has_metrics:
+        return dict.fromkeys(GLOSSARY_NAMES, "the target serves no /metrics")
+    if kind not in SERVER_KINDS:
+        return {}
+    found = {name: unavailable_reason(kind, name) for name in GLOSSARY_NAMES}
+    return {name: why for name, why in found.items() if why is not None}

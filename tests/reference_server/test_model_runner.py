@@ -269,3 +269,13 @@ def test_num_threads_is_applied_only_when_given() -> None:
         assert info.value.field == "num_threads"
     finally:
         torch.set_num_threads(previous)
+
+
+def test_a_block_count_override_sizes_the_pool_in_blocks_whatever_the_model():
+    tiny = ModelRunner(model="tiny", device="cpu", block_size=16, num_kv_blocks_override=16)
+    small = ModelRunner(model="small", device="cpu", block_size=16, num_kv_blocks_override=16)
+    assert tiny.num_kv_blocks == small.num_kv_blocks == 16
+    by_bytes = ModelRunner(
+        model="small", device="cpu", block_size=16, kv_cache_memory_bytes=256 << 10
+    )
+    assert by_bytes.num_kv_blocks < 16  # the same bytes hold fewer blocks of a wider model

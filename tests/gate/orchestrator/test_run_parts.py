@@ -49,7 +49,7 @@ def test_every_default_preset_is_accepted_by_the_server_command_line() -> None:
 
     presets = load(GATES).presets
     engines = {name: parse_configs(server_flags(p))[0] for name, p in presets.items()}
-    assert engines["small_kv"].kv_cache_memory_bytes == 256 * 1024
+    assert engines["small_kv"].num_gpu_blocks_override == 16
     assert engines["static"].batching.policy == "static"
     assert engines["shared_queue"].batching.shared_queue is True
     big = engines["big_window"].batching

@@ -1,0 +1,46 @@
+"""Which gates a target can measure at all, from what it told the start-of-run look.
+
+Owns the rule "a server-side gate needs these scrape names, or the bundled server's step
+records" per glossary metric, turned into a reason when the target has neither (a server without
+/metrics, or one whose name map marks the names not exposed: vLLM has no recomputed-token
+counter, no count of KV blocks in use). Client-side, run and sampler gates are always
+measurable here. It does not drop gates (`gate.orchestrator.suite`) or judge them.
+"""
+
+from __future__ import annotations
+
+from gate import glossary
+from gate.gates.model import Gate
+from gate.orchestrator.target import TargetInfo
+
+__all__ = ["SERVER_METRIC_NEEDS", "unmeasurable_reason"]
+
+# Glossary metric -> (scrape names that must all be available, whether step records suffice).
+SERVER_METRIC_NEEDS: dict[str, tuple[tuple[str, ...], bool]] = {
+    "kv_leak_after_drain": (("kv_blocks_used",), False),
+    "step_latency": (("step_duration_seconds",), True),
+    "server_ttft": (("ttft_seconds",), False),
+    "recompute_ratio": (("recomputed_tokens_total", "prefill_tokens_total"), True),
+    "preemptions": (("preemptions_total",), True),
+    "preemptions_per_request": (("preemptions_total",), True),
+    "kv_usage": (("kv_usage_ratio",), True),
+    "queue_length": (("num_requests_waiting",), True),
+    "running_requests": (("num_requests_running",), True),
+}
+
+
+def unmeasurable_reason(gate: Gate, info: TargetInfo) -> str | None:
+    """Why `info`'s target can never give `gate` a value; None when it can (or may)."""
+    entry = glossary.get_metric(gate.metric)
+    if entry.source is not glossary.Source.SERVER:
+        return None
+    needs = SERVER_METRIC_NEEDS.get(gate.metric)
+    if needs is None:
+        return None
+    names, steps_suffice = needs
+    if steps_suffice and info.has_step_records:
+        return None
+    missing = [f"{name}: {info.unavailable[name]}" for name in names if name in info.unavailable]
+    if not missing:
+        return None
+    return f"not measurable on this {info.server_kind} target ({'; '.join(missing)})"

@@ -1,0 +1,79 @@
+"""`batchgate run --target URL` against a plain OpenAI-compatible server with no /metrics, from
+an empty directory with the packaged default gates: client-side gates are judged, the gates
+the target cannot measure are left out and listed, and the run can pass."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+from e2e_support import REPO, RUN_TIMEOUT_SECONDS, assert_no_strays, batchgate_argv, read_json
+
+pytestmark = pytest.mark.slow
+
+FAKE = REPO / "tests" / "loadgen" / "fake_openai_server.py"
+
+
+@pytest.fixture
+def plain_openai_server(tmp_path: Path):  # type: ignore[no-untyped-def]
+    port_file = tmp_path / "port"
+    proc = subprocess.Popen(
+        [
+            *(sys.executable, str(FAKE), "--port", "0", "--port-file", str(port_file)),
+            *("--ttft-ms", "20", "--itl-ms", "2"),
+        ],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
+    deadline = time.monotonic() + 30
+    while not port_file.exists():
+        assert proc.poll() is None and time.monotonic() < deadline, "fake server did not start"
+        time.sleep(0.05)
+    yield f"http://127.0.0.1:{port_file.read_text().strip()}"
+    proc.terminate()
+    proc.wait(timeout=10)
+
+
+def test_a_server_without_metrics_is_gated_on_what_it_can_show(tmp_path, plain_openai_server):
+    workdir = tmp_path / "empty"
+    workdir.mkdir()
+    done = subprocess.run(
+        batchgate_argv(
+            "run",
+            "--target",
+            plain_openai_server,
+            "--profiles",
+            "night_trickle,mixed_lengths",
+            "--scale",
+            "smoke",
+            "--out",
+            str(tmp_path / "runs"),
+            "--run-id",
+            "plain",
+        ),
+        cwd=workdir,
+        capture_output=True,
+        text=True,
+        timeout=RUN_TIMEOUT_SECONDS,
+        check=False,
+    )
+    run_dir = tmp_path / "runs" / "plain"
+    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+    assert "target kind openai (no /metrics" in done.stdout + done.stderr
+    manifest = read_json(run_dir / "manifest.json")
+    assert manifest["target"]["server_kind"] == "openai"
+    assert manifest["target"]["has_metrics"] is False
+    left_out = manifest["extra"]["gates_not_measurable"]
+    assert (
+        "kv_leak_after_drain" in left_out
+        and "serves no /metrics" in left_out["kv_leak_after_drain"]
+    )
+    verdicts = {v["id"]: v for v in read_json(run_dir / "verdicts.json")["verdicts"]}
+    assert verdicts["trickle_ttft@night_trickle"]["status"] == "pass"
+    assert verdicts["mixed_short_e2e@mixed_lengths"]["status"] == "pass"
+    assert not any(v.startswith("kv_leak_after_drain") for v in verdicts)
+    assert "kv_leak_after_drain" in (run_dir / "gates.yaml").read_text().split("gates:")[0]
+    assert_no_strays(run_dir)
