@@ -3,10 +3,12 @@
     locust -f loadgen/locustfile.py --headless -u 1 -r 1 --host http://127.0.0.1:8000 \
         --loadgen-profile burst --loadgen-scale smoke --loadgen-out runs/burst
 
-Use one user per worker process (`-u` = number of workers): each user drives its worker's share
-of the open-loop schedule. Options also come from env vars (LOADGEN_PROFILE, LOADGEN_SCALE,
-LOADGEN_OVERRIDES_JSON, LOADGEN_OUT, LOADGEN_MODEL, LOADGEN_API_KEY). Owns only the hooks;
-everything else is in the `loadgen.locust` package. It stays at this path for `locust -f` users.
+The profile sets the offered rate; `-u N` only splits its schedule over N users (each sends every
+N-th request, once), in one process or over workers (`-u` a multiple of the worker count). A
+split that cannot be exact (e.g. `-u 3` over 2 workers, a load shape) is refused with exit code
+2. Options also come from env vars (LOADGEN_PROFILE, LOADGEN_SCALE, LOADGEN_OVERRIDES_JSON,
+LOADGEN_OUT, LOADGEN_MODEL, LOADGEN_API_KEY). Owns only the hooks; everything else is in the
+`loadgen.locust` package. It stays at this path for `locust -f` users.
 """
 
 from __future__ import annotations

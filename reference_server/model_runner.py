@@ -287,7 +287,8 @@ class ModelRunner:
 
     def _mask_forbidden(self, logits: torch.Tensor, seqs: list[Sequence]) -> None:
         """Random weights would emit EOS/special tokens at random; a synthetic generation must
-        run to max_tokens unless the request's own stop_token_ids name a special token."""
+        run to max_tokens unless the request's own stop_token_ids name a special token. A
+        request still short of its min_tokens cannot sample EOS or its stop_token_ids."""
         if self.is_synthetic:
             allowed = [
                 (row, t)
@@ -299,10 +300,15 @@ class ModelRunner:
             logits[:, NUM_BYTE_TOKENS:] = float("-inf")
             for (row, t), value in zip(allowed, saved, strict=True):
                 logits[row, t] = value
-            return
-        ignore_rows = [row for row, seq in enumerate(seqs) if seq.sampling_params.ignore_eos]
-        if ignore_rows:
-            logits[ignore_rows, self.eos_token_id] = float("-inf")
+        else:
+            ignore_rows = [row for row, seq in enumerate(seqs) if seq.sampling_params.ignore_eos]
+            if ignore_rows:
+                logits[ignore_rows, self.eos_token_id] = float("-inf")
+        for row, seq in enumerate(seqs):
+            params = seq.sampling_params
+            if params.min_tokens > len(seq.output_token_ids):
+                banned = [self.eos_token_id, *params.stop_token_ids]
+                logits[row, [t for t in banned if 0 <= t < self.vocab_size]] = float("-inf")
 
     @torch.inference_mode()
     def embed(self, token_id_lists: list[list[int]]) -> list[list[float]]:

@@ -24,6 +24,8 @@ class SamplingParams:
     stop: tuple[str, ...] = ()
     stop_token_ids: tuple[int, ...] = ()
     ignore_eos: bool = False
+    # EOS and stop_token_ids cannot be sampled before this many output tokens (vLLM's min_tokens).
+    min_tokens: int = 0
     deadline_seconds: float | None = None  # wall-time budget counted from arrival
 
     def __post_init__(self) -> None:
@@ -58,6 +60,9 @@ class SamplingParams:
             _require_int("stop_token_ids", token_id, minimum=0)
         if not isinstance(self.ignore_eos, bool):
             raise RequestValidationError("ignore_eos", "must be a boolean")
+        _require_int("min_tokens", self.min_tokens, minimum=0)
+        if self.min_tokens > self.max_tokens:
+            raise RequestValidationError("min_tokens", "must be <= max_tokens")
         if self.deadline_seconds is not None:
             _require_number("deadline_seconds", self.deadline_seconds)
             if self.deadline_seconds <= 0:

@@ -3,7 +3,8 @@
 Modules: `options` (Locust command-line options and the run config they describe), `collector`
 (master/local side: requests.jsonl and load.json), `sink` (worker side: records to the master),
 `user` (the driver user and its Locust request events), `install` (wiring into a Locust
-environment), `runner` (the loadgen CLI's programmatic Locust run).
+environment, and the split of the schedule over the users: one slot each), `runner` (the loadgen
+CLI's programmatic Locust run).
 
 This package's `__init__` imports nothing; its modules import locust, which monkey-patches the
 standard library with gevent, so only the load process may import them (`loadgen.cli` lazily,

@@ -1,11 +1,12 @@
 """The master (or local runner) side of a load run: every record once, then load.json.
 
 Owns `Collector`: it writes requests.jsonl as records arrive (each id exactly once), counts them
-by status and by worker, keeps the TTFTs the progress display shows, knows the run is done when
-every worker's summary has arrived together with as many records as that summary states, and
-writes load.json (atomically, once). It does not receive Locust messages itself (`install`
-registers them), send requests, or decide whether the run passed. Importing it imports locust
-(which monkey-patches the standard library): only the load process may import it.
+by status and by slot (one slot per user: `loadgen.locust.install`), keeps the TTFTs the progress
+display shows, knows the run is done when every slot's summary has arrived together with as many
+records as that summary states, and writes load.json (atomically, once). It also holds why a
+test was refused at its start. It does not receive Locust messages itself (`install` registers
+them), send requests, or decide whether the run passed. Importing it imports locust (which
+monkey-patches the standard library): only the load process may import it.
 """
 
 from __future__ import annotations
@@ -47,6 +48,12 @@ class Collector:
         self.wall_at_t0 = time.time()
         self.ttfts: list[float] = []
         self.load: dict[str, Any] | None = None
+        self.refusal: str | None = None  # why the test was refused at its start (nothing ran)
+        self.refused = gevent.event.Event()
+
+    def refuse(self, message: str) -> None:
+        self.refusal = message
+        self.refused.set()
 
     def set_start(self, start_wall: float, start_monotonic: float | None) -> None:
         self.wall_at_t0 = start_wall
@@ -71,6 +78,12 @@ class Collector:
         )
         if complete:
             self.done.set()
+
+    def ended_when_done(self) -> str:
+        """`ended` once every slot reported: one stopped early (ramp-down, UI stop) interrupts."""
+        if any(s.get("interrupted") for s in self.summaries.values()):
+            return "interrupted"
+        return "completed"
 
     def finalize(self, ended: str) -> dict[str, Any]:
         if self.load is not None:

@@ -72,6 +72,19 @@ def add_arguments(parser: Any) -> None:
         help="set by the master at test start",
     )
     group.add_argument(
+        "--loadgen-users-per-worker",
+        type=int,
+        default=0,
+        include_in_web_ui=False,
+        help="set by the master at test start (0: the run was refused)",
+    )
+    group.add_argument(
+        "--loadgen-worker-ranks",
+        default="",
+        include_in_web_ui=False,
+        help="set by the master at test start (JSON: worker client id -> rank)",
+    )
+    group.add_argument(
         "--loadgen-start-monotonic",
         type=float,
         default=0.0,
@@ -121,6 +134,8 @@ def build_parsed_options(config: RunConfig) -> argparse.Namespace:
     opts.host = config.target_url
     opts.loadgen_config = config.to_json()
     opts.loadgen_worker_count = config.workers
+    opts.loadgen_users_per_worker = 0
+    opts.loadgen_worker_ranks = ""
     opts.loadgen_start_wall = 0.0
     opts.loadgen_start_monotonic = 0.0
     return opts

@@ -105,7 +105,12 @@ def run_load(
     progress_greenlet = gevent.spawn(progress.loop)
     spec = collector.spec
     limit = spec.schedule.duration_seconds + float(spec.params["request_timeout_seconds"]) + 30.0
-    gevent.wait([collector.done, stop_requested], timeout=limit, count=1)
+    gevent.wait([collector.done, stop_requested, collector.refused], timeout=limit, count=1)
+    if collector.refusal is not None:  # e.g. more remote workers than --workers connected
+        progress_greenlet.kill()
+        runner.quit()
+        _reap(procs, timeout_seconds=10.0)
+        raise RuntimeError(f"the run was refused: {collector.refusal}")
     if stop_requested.is_set() and not collector.done.is_set():
         ended = "interrupted"
         # Stopping the users interrupts each session, which cancels its in-flight requests
@@ -118,6 +123,8 @@ def run_load(
         collector.done.wait(timeout=10.0)
     elif not collector.done.is_set():
         ended = "crashed"
+    else:
+        ended = collector.ended_when_done()
     progress_greenlet.kill()
     load = collector.finalize(ended)
     progress.final(load)

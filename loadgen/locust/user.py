@@ -1,16 +1,18 @@
-"""The Locust user that drives a worker's share of the open-loop schedule.
+"""The Locust user that drives one slot of the open-loop schedule.
 
-Owns `DriverUser` (one per worker process: it runs a `LoadSession` on that worker's share of the
-schedule, starting at the time the master chose, on the master's clock when both share a host)
-and the Locust request events each record fires (TTFT and E2E as request types, named
+Owns `DriverUser` (one per slot: it takes its slot of the split made at test start, runs a
+`LoadSession` on that slot's share of the schedule, starting at the time the master chose, on
+the master's clock when both share a host; a user the split has no slot for sends nothing) and
+the Locust request events each record fires (TTFT and E2E as request types, named
 `endpoint:stage`, response_length = tokens). Records go to the master through a `MessageSink`
 (worker) or straight into the `Collector` (local runner). It does not plan or send requests
-itself (`loadgen.session`), write files, or wire listeners (`loadgen.locust.install`).
-Importing it imports locust: only the load process may import it.
+itself (`loadgen.session`), split the schedule (`loadgen.locust.install`), write files, or wire
+listeners (`loadgen.locust.install`). Importing it imports locust: only the load process may.
 """
 
 from __future__ import annotations
 
+import logging
 import time
 from typing import Any
 
@@ -21,12 +23,15 @@ from locust.exception import StopUser
 from locust.runners import WorkerRunner
 
 from loadgen.locust.collector import Collector
+from loadgen.locust.install import SplitError, take_slot
 from loadgen.locust.options import config_from_options
 from loadgen.locust.sink import MessageSink
 from loadgen.records import RequestRecord
 from loadgen.session import LoadSession
 
 __all__ = ["DriverUser"]
+
+logger = logging.getLogger(__name__)
 
 _SAME_HOST_CLOCK_SECONDS = 0.05  # wall/monotonic conversion error is microseconds on one host
 
@@ -55,18 +60,29 @@ def _fire(env: Environment, rec: RequestRecord) -> None:
 
 
 class DriverUser(User):
-    """Runs this worker's whole share of the schedule; one per worker process."""
+    """Runs one slot's whole share of the schedule, once; one user per slot."""
 
+    loadgen_driver = True  # what `install.split_at_start` counts as a schedule user
     # Locust must not pace this user: the session schedules its own requests.
     wait_time = staticmethod(lambda: 0)  # type: ignore[assignment]
+    _drove = False
 
     @task
     def drive(self) -> None:
+        if self._drove:  # the task ended with an error: never send the share a second time
+            raise StopUser()
+        self._drove = True
         env = self.environment
         runner = env.runner
+        try:
+            slot, slots = take_slot(env)
+        except SplitError as exc:
+            logger.error("loadgen: this user sends nothing: %s", exc)
+            if int(getattr(env.parsed_options, "loadgen_users_per_worker", 0) or 0) > 0:
+                env.process_exit_code = 2  # more users than the split: not the run asked for
+            raise StopUser() from None
         config = config_from_options(env)
         opts = env.parsed_options
-        count = int(getattr(opts, "loadgen_worker_count", 0) or 1)
         start_wall = float(getattr(opts, "loadgen_start_wall", 0.0) or time.time())
         t0 = time.monotonic() + (start_wall - time.time())
         # Same host as the master (one CLOCK_MONOTONIC): use its t0 exactly. Another host: keep
@@ -76,11 +92,9 @@ class DriverUser(User):
         if abs(shift) < _SAME_HOST_CLOCK_SECONDS:
             t0, shift = master_t0, 0.0
         if isinstance(runner, WorkerRunner):
-            index = runner.worker_index
             sink: Any = MessageSink(runner, clock_shift_seconds=shift)
             flusher = gevent.spawn(sink.flusher)
         else:
-            index = 0
             collector: Collector = env.loadgen_collector  # type: ignore[attr-defined]
             sink = lambda rec: collector.add(rec.to_dict())  # noqa: E731
             flusher = None
@@ -89,8 +103,9 @@ class DriverUser(User):
             sink(rec)
             _fire(env, rec)
 
+        # The slot is the session's "worker": record ids `<slot>-<n>`, `worker` = slot.
         session = LoadSession(
-            config=config, spec=config.spec(), worker_index=index, worker_count=count, sink=record
+            config=config, spec=config.spec(), worker_index=slot, worker_count=slots, sink=record
         )
         summary = session.run(t0)
         if flusher is not None:
@@ -99,6 +114,6 @@ class DriverUser(User):
             summary["records"] = sink.sent
             runner.send_message("loadgen_done", summary)
         else:
-            summary["records"] = collector.received.get(0, 0)
+            summary["records"] = collector.received.get(slot, 0)
             collector.worker_done(summary)
         raise StopUser()

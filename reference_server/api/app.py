@@ -2,9 +2,11 @@
 
 Owns `ServerState` (engine handle, configs, metrics, embeddings batcher, drain flag, in-flight
 count) and `build_app`, which wires every endpoint of docs/server.md. Handlers stay thin: parsing
-lives in protocol.py, completion serving in generation.py, admin in admin.py. Every error any
-handler raises is rendered as OpenAI's error JSON; nothing a client sends produces a 500. It
-knows nothing about sockets, signals or process lifetime (serve.py).
+lives in protocol.py and tokenization.py, completion serving in generation.py, admin in
+admin.py, the OpenAPI document in openapi.py. Unknown request fields a non-strict server ignored
+are logged here, one warning line per request. Every error any handler raises is rendered as
+OpenAI's error JSON; nothing a client sends produces a 500. It knows nothing about sockets,
+signals or process lifetime (serve.py).
 """
 
 from __future__ import annotations
@@ -35,6 +37,7 @@ from reference_server.api.errors import (
 )
 from reference_server.api.generation import ClientGone, run_generation, until_disconnect
 from reference_server.api.metrics import CONTENT_TYPE, ServerMetrics
+from reference_server.api.openapi import openapi_document
 from reference_server.api.protocol import (
     RequestLimits,
     parse_chat_request,
@@ -43,12 +46,16 @@ from reference_server.api.protocol import (
 )
 from reference_server.api.server_config import ServerConfig
 from reference_server.api.sse import RAW_SEND_KEY
+from reference_server.api.tokenization import detokenize, tokenize
 from reference_server.errors import EngineError
 
 __all__ = ["ServerState", "build_app", "build_state"]
 
 logger = logging.getLogger("reference_server.api")
 _PACKAGE_VERSION = "0.1.0"
+# One ignored-fields log line stays short whatever the body holds.
+_MAX_LOGGED_FIELDS = 16
+_MAX_LOGGED_FIELD_CHARS = 64
 
 
 @dataclass(kw_only=True)
@@ -59,6 +66,7 @@ class ServerState:
     limits: RequestLimits
     model_name: str
     batcher: EmbeddingBatcher
+    version: str = _PACKAGE_VERSION
     started_at: int = field(default_factory=lambda: int(time.time()))
     draining: bool = False
     num_in_flight: int = 0
@@ -119,6 +127,21 @@ def build_state(
         limits=limits,
         model_name=model_name,
         batcher=batcher,
+        version=version,
+    )
+
+
+def _log_ignored(endpoint: str, fields: tuple[str, ...]) -> None:
+    """One warning per request naming the unknown fields it sent (vLLM logs the same)."""
+    if not fields:
+        return
+    shown = [repr(name[:_MAX_LOGGED_FIELD_CHARS]) for name in fields[:_MAX_LOGGED_FIELDS]]
+    more = len(fields) - len(shown)
+    logger.warning(
+        "%s: ignored unknown request fields: %s%s",
+        endpoint,
+        ", ".join(shown),
+        f" (and {more} more)" if more else "",
     )
 
 
@@ -147,6 +170,7 @@ def _check_model(state: ServerState, model: str | None) -> None:
 
 def _completions(endpoint: str) -> Callable[[Request], Awaitable[Response]]:
     parse = parse_chat_request if endpoint == "chat" else parse_completion_request
+    path = "/v1/chat/completions" if endpoint == "chat" else "/v1/completions"
 
     async def handle(request: Request) -> Response:
         state: ServerState = request.app.state.server
@@ -158,7 +182,9 @@ def _completions(endpoint: str) -> Callable[[Request], Awaitable[Response]]:
             tokenizer=state.engine.tokenizer,
             limits=state.limits,
             header_priority=request.headers.get("x-priority"),
+            strict=state.config.strict,
         )
+        _log_ignored(path, parsed.ignored_fields)
         _check_model(state, parsed.model)
         state.num_in_flight += 1
         result = await run_generation(
@@ -183,7 +209,10 @@ async def embeddings(request: Request) -> Response:
     check_api_key(request, state.config.api_key)
     _check_serving(state)
     body = await read_json_body(request, state.config)
-    parsed = parse_embedding_request(body, tokenizer=state.engine.tokenizer, limits=state.limits)
+    parsed = parse_embedding_request(
+        body, tokenizer=state.engine.tokenizer, limits=state.limits, strict=state.config.strict
+    )
+    _log_ignored("/v1/embeddings", parsed.ignored_fields)
     _check_model(state, parsed.model)
     started = time.monotonic()
     try:
@@ -233,6 +262,40 @@ async def models(request: Request) -> Response:
         "max_model_len": state.limits.max_model_len,
     }
     return json_response({"object": "list", "data": [card]})
+
+
+async def tokenize_endpoint(request: Request) -> Response:
+    state: ServerState = request.app.state.server
+    check_api_key(request, state.config.api_key)
+    body = await read_json_body(request, state.config)
+    parsed = tokenize(
+        body,
+        tokenizer=state.engine.tokenizer,
+        max_messages=state.limits.max_messages,
+        strict=state.config.strict,
+    )
+    _log_ignored("/tokenize", parsed.ignored_fields)
+    _check_model(state, parsed.model)
+    return json_response(parsed.body(state.limits.max_model_len))
+
+
+async def detokenize_endpoint(request: Request) -> Response:
+    state: ServerState = request.app.state.server
+    check_api_key(request, state.config.api_key)
+    body = await read_json_body(request, state.config)
+    parsed = detokenize(body, tokenizer=state.engine.tokenizer, strict=state.config.strict)
+    _log_ignored("/detokenize", parsed.ignored_fields)
+    _check_model(state, parsed.model)
+    return json_response(parsed.body())
+
+
+async def version(request: Request) -> Response:
+    return json_response({"version": request.app.state.server.version})
+
+
+async def openapi(request: Request) -> Response:
+    state: ServerState = request.app.state.server
+    return json_response(openapi_document(version=state.version, strict=state.config.strict))
 
 
 async def health(request: Request) -> Response:
@@ -299,6 +362,10 @@ def build_app(state: ServerState, *, lifespan: Any = None) -> Starlette:
         Route("/v1/chat/completions", _completions("chat"), methods=["POST"]),
         Route("/v1/completions", _completions("completions"), methods=["POST"]),
         Route("/v1/embeddings", embeddings, methods=["POST"]),
+        Route("/tokenize", tokenize_endpoint, methods=["POST"]),
+        Route("/detokenize", detokenize_endpoint, methods=["POST"]),
+        Route("/version", version, methods=["GET"]),
+        Route("/openapi.json", openapi, methods=["GET"]),
         *admin.routes(),
     ]
     app = _App(

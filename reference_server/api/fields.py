@@ -13,7 +13,7 @@ from typing import Any
 
 from reference_server.api.errors import APIError
 
-__all__ = ["BodyReader", "type_name"]
+__all__ = ["BodyReader", "UnknownFields", "is_token_id", "type_name"]
 
 _MISSING = object()
 
@@ -32,6 +32,10 @@ def type_name(value: Any) -> str:
     if isinstance(value, dict):
         return "object"
     return type(value).__name__
+
+
+def is_token_id(value: Any) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool)
 
 
 class BodyReader:
@@ -53,13 +57,15 @@ class BodyReader:
     def has(self, name: str) -> bool:
         return self._body.get(name) is not None
 
+    def unknown(self, known: Iterable[str]) -> list[str]:
+        """Paths of the keys not in `known`, sorted."""
+        return [self.path(name) for name in sorted(set(self._body) - set(known))]
+
     def refuse_unknown(self, known: Iterable[str]) -> None:
-        unknown = sorted(set(self._body) - set(known))
+        unknown = self.unknown(known)
         if unknown:
             raise APIError.invalid(
-                self.path(unknown[0]),
-                "unrecognized request argument",
-                code="unknown_parameter",
+                unknown[0], "unrecognized request argument", code="unknown_parameter"
             )
 
     def integer(
@@ -118,6 +124,22 @@ class BodyReader:
         if value is None or any(_same_value(value, ok) for ok in allowed):
             return
         raise APIError.invalid(self.path(name), why, code="unsupported_parameter")
+
+
+class UnknownFields:
+    """What one request does with fields it does not know: refuse the first (strict, OpenAI's
+    behaviour: 400 `unknown_parameter`) or remember them all to be logged once and ignored
+    (vLLM's behaviour)."""
+
+    def __init__(self, *, strict: bool) -> None:
+        self.strict = strict
+        self.ignored: list[str] = []
+
+    def check(self, reader: BodyReader, known: Iterable[str]) -> None:
+        if self.strict:
+            reader.refuse_unknown(known)
+        else:
+            self.ignored.extend(reader.unknown(known))
 
 
 def _same_value(value: Any, allowed: Any) -> bool:

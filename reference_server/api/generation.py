@@ -1,7 +1,8 @@
 """Serving one completion request: engine stream in, OpenAI JSON or SSE chunks out.
 
 Owns the chat/completions response shapes (non-streaming body, streaming chunks with the role
-first, a final finish chunk, the optional usage chunk and `[DONE]`), finish-reason mapping, and
+first, a final finish chunk, the optional usage chunk and `[DONE]`; with vLLM's
+`continuous_usage_stats` every chunk also carries the cumulative usage), finish-reason mapping, and
 each request's server-side timings for the TTFT / inter-token / end-to-end / queue histograms.
 The engine is consumed through `AsyncEngine.generate`; a client hang-up closes that stream,
 which aborts the request. It knows nothing about parsing (protocol.py) or routing (app.py).
@@ -99,10 +100,14 @@ class RequestTimer:
 
 
 def _usage(output: Any) -> dict[str, int]:
+    return _usage_of(output.num_prompt_tokens, output.num_output_tokens)
+
+
+def _usage_of(prompt_tokens: int, completion_tokens: int) -> dict[str, int]:
     return {
-        "prompt_tokens": output.num_prompt_tokens,
-        "completion_tokens": output.num_output_tokens,
-        "total_tokens": output.num_prompt_tokens + output.num_output_tokens,
+        "prompt_tokens": prompt_tokens,
+        "completion_tokens": completion_tokens,
+        "total_tokens": prompt_tokens + completion_tokens,
     }
 
 
@@ -121,10 +126,12 @@ class ResponseShapes:
         self.created = int(time.time())
         self.model = model
         self.include_usage = request.include_usage
+        self.continuous_usage = request.include_usage and request.continuous_usage
+        self._num_prompt_tokens = len(request.prompt_token_ids)
         self._chunk_object = "chat.completion.chunk" if self.chat else "text_completion"
         self._content_frame: tuple[bytes, bytes] | None = None
 
-    def chunk(self, choice: dict[str, Any]) -> bytes:
+    def chunk(self, choice: dict[str, Any], usage: dict[str, int] | None = None) -> bytes:
         body: dict[str, Any] = {
             "id": self.request_id,
             "object": self._chunk_object,
@@ -133,10 +140,25 @@ class ResponseShapes:
             "choices": [choice],
         }
         if self.include_usage:
-            body["usage"] = None
+            body["usage"] = usage
         return sse_event(body)
 
-    def content_chunk(self, text: str) -> bytes:
+    def _running_usage(self, output: Any) -> dict[str, int] | None:
+        """The cumulative usage a chunk carries: only with continuous usage stats."""
+        if not self.continuous_usage:
+            return None
+        if output is None:
+            return _usage_of(self._num_prompt_tokens, 0)
+        return _usage(output)
+
+    def content_chunk(self, text: str, output: Any = None) -> bytes:
+        if self.continuous_usage:
+            if self.chat:
+                choice = {"index": 0, "delta": {"content": text}, "finish_reason": None,
+                          "logprobs": None}  # fmt: skip
+            else:
+                choice = {"index": 0, "text": text, "finish_reason": None, "logprobs": None}
+            return self.chunk(choice, self._running_usage(output))
         # The hot path (one call per token per stream): a pre-rendered frame around the text,
         # byte-identical to chunk() of the same choice.
         if self._content_frame is None:
@@ -153,12 +175,15 @@ class ResponseShapes:
 
     def role_chunk(self) -> bytes:
         delta = {"role": "assistant", "content": ""}
-        return self.chunk({"index": 0, "delta": delta, "finish_reason": None, "logprobs": None})
+        choice = {"index": 0, "delta": delta, "finish_reason": None, "logprobs": None}
+        return self.chunk(choice, self._running_usage(None))
 
-    def finish_chunk(self, reason: str | None) -> bytes:
+    def finish_chunk(self, reason: str | None, output: Any = None) -> bytes:
         if self.chat:
-            return self.chunk({"index": 0, "delta": {}, "finish_reason": reason, "logprobs": None})
-        return self.chunk({"index": 0, "text": "", "finish_reason": reason, "logprobs": None})
+            choice = {"index": 0, "delta": {}, "finish_reason": reason, "logprobs": None}
+        else:
+            choice = {"index": 0, "text": "", "finish_reason": reason, "logprobs": None}
+        return self.chunk(choice, self._running_usage(output) if output is not None else None)
 
     def usage_chunk(self, output: Any) -> bytes:
         return sse_event(
@@ -288,7 +313,7 @@ async def _events(
             pending = b""
         while True:
             if output.new_text:
-                yield pending + shapes.content_chunk(output.new_text)
+                yield pending + shapes.content_chunk(output.new_text, output)
                 pending = b""
             if output.finished:
                 break
@@ -298,7 +323,7 @@ async def _events(
                 break
             timer.on_output(output)
         # The tail leaves in one write: finish chunk, usage chunk, [DONE].
-        tail = shapes.finish_chunk(_finish_reason(output))
+        tail = shapes.finish_chunk(_finish_reason(output), output)
         if shapes.include_usage:
             tail += shapes.usage_chunk(output)
         yield tail + SSE_DONE

@@ -2,7 +2,9 @@
 
 Owns the field lists of /v1/chat/completions, /v1/completions and /v1/embeddings, the model-level
 limits checked before admission (context length, max_tokens cap, n == 1, sampling ranges, stop
-list size, priority class) and tokenization of prompts. Every refusal is an `APIError` 400 that
+list size, priority class) and tokenization of prompts. Fields it does not know are refused
+(`strict=True`, OpenAI's behaviour) or collected in `ignored_fields` for one log line (vLLM's
+behaviour); fields it knows are always checked strictly. Every refusal is an `APIError` 400 that
 names the field. It knows nothing about HTTP transport, streaming or the engine's queues.
 """
 
@@ -12,12 +14,18 @@ from dataclasses import dataclass
 from typing import Any
 
 from reference_server.api.errors import APIError
-from reference_server.api.fields import BodyReader, type_name
+from reference_server.api.fields import BodyReader, UnknownFields, is_token_id, type_name
+from reference_server.api.messages import read_messages
 from reference_server.sampling_params import SamplingParams
 from reference_server.tokenizer import ByteTokenizer
 
 __all__ = [
+    "CHAT_FIELDS",
+    "COMPLETION_FIELDS",
+    "EMBEDDING_FIELDS",
+    "MAX_STOP_TOKEN_IDS",
     "PRIORITIES",
+    "STREAM_OPTION_FIELDS",
     "EmbeddingRequest",
     "GenerationRequest",
     "RequestLimits",
@@ -29,26 +37,23 @@ __all__ = [
 PRIORITIES = ("interactive", "batch")
 MAX_SEED = 2**63 - 1
 MAX_TOP_K = 2**31 - 1
-# OpenAI's newer "developer" role plays the part "system" plays in our chat template.
-_CHAT_ROLE_ALIASES = {
-    "system": "system",
-    "developer": "system",
-    "user": "user",
-    "assistant": "assistant",
-}
+# Fewer than the 256 byte tokens, so min_tokens can never mask every token of a row.
+MAX_STOP_TOKEN_IDS = 64
 
 _COMMON_FIELDS = (
-    "model", "max_tokens", "temperature", "top_p", "top_k", "seed", "stop", "n", "stream",
-    "stream_options", "ignore_eos", "priority", "user", "presence_penalty", "frequency_penalty",
-    "logit_bias", "min_tokens", "repetition_penalty", "min_p", "metadata", "store",
-    "service_tier", "include_stop_str_in_output", "skip_special_tokens",
+    "model", "max_tokens", "max_completion_tokens", "temperature", "top_p", "top_k", "seed",
+    "stop", "stop_token_ids", "n", "stream", "stream_options", "ignore_eos", "priority", "user",
+    "presence_penalty", "frequency_penalty", "logit_bias", "min_tokens", "repetition_penalty",
+    "min_p", "metadata", "store", "service_tier", "include_stop_str_in_output",
+    "skip_special_tokens",
 )  # fmt: skip
-_CHAT_FIELDS = (
-    *_COMMON_FIELDS, "messages", "max_completion_tokens", "logprobs", "top_logprobs", "tools",
-    "tool_choice", "parallel_tool_calls", "functions", "function_call", "response_format",
+CHAT_FIELDS = (
+    *_COMMON_FIELDS, "messages", "logprobs", "top_logprobs", "tools", "tool_choice",
+    "parallel_tool_calls", "functions", "function_call", "response_format",
 )  # fmt: skip
-_COMPLETION_FIELDS = (*_COMMON_FIELDS, "prompt", "logprobs", "echo", "suffix", "best_of")
-_EMBEDDING_FIELDS = ("model", "input", "encoding_format", "dimensions", "user")
+COMPLETION_FIELDS = (*_COMMON_FIELDS, "prompt", "logprobs", "echo", "suffix", "best_of")
+EMBEDDING_FIELDS = ("model", "input", "encoding_format", "dimensions", "user")
+STREAM_OPTION_FIELDS = ("include_usage", "continuous_usage_stats")
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -75,6 +80,10 @@ class GenerationRequest:
     stream: bool
     include_usage: bool
     priority: str
+    # vLLM's stream_options.continuous_usage_stats (honoured with include_usage, as vLLM does):
+    # every streamed chunk carries the cumulative usage.
+    continuous_usage: bool = False
+    ignored_fields: tuple[str, ...] = ()  # unknown fields accepted and ignored (not strict)
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -82,13 +91,20 @@ class EmbeddingRequest:
     model: str | None
     inputs: list[list[int]]
     encoding_format: str  # "float" | "base64"
+    ignored_fields: tuple[str, ...] = ()
 
 
 def parse_chat_request(
-    body: Any, *, tokenizer: ByteTokenizer, limits: RequestLimits, header_priority: str | None
+    body: Any,
+    *,
+    tokenizer: ByteTokenizer,
+    limits: RequestLimits,
+    header_priority: str | None,
+    strict: bool = True,
 ) -> GenerationRequest:
     reader = BodyReader(body)
-    reader.refuse_unknown(_CHAT_FIELDS)
+    unknown = UnknownFields(strict=strict)
+    unknown.check(reader, CHAT_FIELDS)
     _refuse_unsupported_common(reader)
     reader.unsupported("logprobs", allowed=(False,), why="logprobs are not supported")
     reader.unsupported("top_logprobs", allowed=(0,), why="logprobs are not supported")
@@ -101,40 +117,37 @@ def parse_chat_request(
         raise APIError.invalid(
             "response_format.type", "only 'text' is supported", code="unsupported_parameter"
         )
-    messages = _read_messages(reader, limits)
+    messages = read_messages(reader, limits.max_messages, unknown)
     prompt = tokenizer.apply_chat_template(messages)
-    max_tokens = reader.integer("max_tokens", low=1)
-    max_completion_tokens = reader.integer("max_completion_tokens", low=1)
-    both = max_tokens is not None and max_completion_tokens is not None
-    if both and max_tokens != max_completion_tokens:
-        raise APIError.invalid("max_completion_tokens", "conflicts with max_tokens; give only one")
-    requested = max_completion_tokens if max_completion_tokens is not None else max_tokens
-    field = "max_completion_tokens" if max_completion_tokens is not None else "max_tokens"
-    return _finish(reader, "chat", prompt, "messages", requested, field, limits, header_priority)
+    return _finish(reader, unknown, "chat", prompt, "messages", limits, header_priority)
 
 
 def parse_completion_request(
-    body: Any, *, tokenizer: ByteTokenizer, limits: RequestLimits, header_priority: str | None
+    body: Any,
+    *,
+    tokenizer: ByteTokenizer,
+    limits: RequestLimits,
+    header_priority: str | None,
+    strict: bool = True,
 ) -> GenerationRequest:
     reader = BodyReader(body)
-    reader.refuse_unknown(_COMPLETION_FIELDS)
+    unknown = UnknownFields(strict=strict)
+    unknown.check(reader, COMPLETION_FIELDS)
     _refuse_unsupported_common(reader)
     reader.unsupported("logprobs", allowed=(0,), why="logprobs are not supported")
     reader.unsupported("echo", allowed=(False,), why="echo is not supported")
     reader.unsupported("suffix", allowed=("",), why="suffix is not supported")
     reader.integer("best_of", low=1, high=1)
     prompt = _read_prompt(reader.raw("prompt"), tokenizer, limits)
-    requested = reader.integer("max_tokens", low=1)
-    return _finish(
-        reader, "completions", prompt, "prompt", requested, "max_tokens", limits, header_priority
-    )
+    return _finish(reader, unknown, "completions", prompt, "prompt", limits, header_priority)
 
 
 def parse_embedding_request(
-    body: Any, *, tokenizer: ByteTokenizer, limits: RequestLimits
+    body: Any, *, tokenizer: ByteTokenizer, limits: RequestLimits, strict: bool = True
 ) -> EmbeddingRequest:
     reader = BodyReader(body)
-    reader.refuse_unknown(_EMBEDDING_FIELDS)
+    unknown = UnknownFields(strict=strict)
+    unknown.check(reader, EMBEDDING_FIELDS)
     model = reader.string("model")
     encoding_format = reader.string("encoding_format", choices=("float", "base64"), default="float")
     reader.unsupported("dimensions", allowed=(), why="dimensions is not supported")
@@ -143,7 +156,7 @@ def parse_embedding_request(
         raise APIError.invalid("input", "is required", code="missing_required_parameter")
     if isinstance(raw, str):
         items: list[Any] = [raw]
-    elif isinstance(raw, list) and raw and all(_is_token_id(x) for x in raw):
+    elif isinstance(raw, list) and raw and all(is_token_id(x) for x in raw):
         items = [raw]  # one pre-tokenized input
     elif isinstance(raw, list):
         items = raw
@@ -169,7 +182,12 @@ def parse_embedding_request(
                 path, f"is {len(ids)} tokens; the model's context is {limits.max_model_len}"
             )
         inputs.append(ids)
-    return EmbeddingRequest(model=model, inputs=inputs, encoding_format=encoding_format)
+    return EmbeddingRequest(
+        model=model,
+        inputs=inputs,
+        encoding_format=encoding_format,
+        ignored_fields=tuple(unknown.ignored),
+    )
 
 
 def _refuse_unsupported_common(reader: BodyReader) -> None:
@@ -189,24 +207,22 @@ def _refuse_unsupported_common(reader: BodyReader) -> None:
 
 def _finish(
     reader: BodyReader,
+    unknown: UnknownFields,
     endpoint: str,
     prompt: list[int],
     prompt_field: str,
-    requested_max_tokens: int | None,
-    max_tokens_field: str,
     limits: RequestLimits,
     header_priority: str | None,
 ) -> GenerationRequest:
     model = reader.string("model")
     stream = reader.boolean("stream")
-    include_usage = False
+    include_usage = continuous_usage = False
     options = reader.obj("stream_options")
     if options is not None:
-        options.refuse_unknown(("include_usage", "continuous_usage_stats"))
-        options.unsupported(
-            "continuous_usage_stats", allowed=(False,), why="only the final usage chunk is sent"
-        )
+        unknown.check(options, STREAM_OPTION_FIELDS)
         include_usage = options.boolean("include_usage")
+        # As vLLM: per-chunk usage only when the usage chunk itself was asked for.
+        continuous_usage = options.boolean("continuous_usage_stats") and include_usage
     room = limits.max_model_len - len(prompt)
     if room < 1:
         raise APIError.invalid(
@@ -215,8 +231,13 @@ def _finish(
             "and at least one must be left for the completion",
             code="context_length_exceeded",
         )
+    requested_max_tokens, max_tokens_field = _requested_max_tokens(reader)
+    ignore_eos = reader.boolean("ignore_eos")
+    min_tokens = reader.integer("min_tokens", low=0, default=0)
     if requested_max_tokens is None:
-        max_tokens = min(limits.default_max_tokens, limits.max_tokens_cap, room)
+        # A min_tokens above the server default raises the default, as far as the limits allow.
+        wanted = max(limits.default_max_tokens, min_tokens)
+        max_tokens = min(wanted, limits.max_tokens_cap, room)
     else:
         max_tokens = requested_max_tokens
         if max_tokens > limits.max_tokens_cap:
@@ -230,11 +251,9 @@ def _finish(
                 f"model's context of {limits.max_model_len} tokens",
                 code="context_length_exceeded",
             )
-    ignore_eos = reader.boolean("ignore_eos")
-    min_tokens = reader.integer("min_tokens", low=0, high=max_tokens, default=0)
-    if min_tokens and not ignore_eos:
+    if min_tokens > max_tokens:
         raise APIError.invalid(
-            "min_tokens", "is only supported together with ignore_eos", code="unsupported_parameter"
+            "min_tokens", f"must be <= max_tokens ({max_tokens}), got {min_tokens}"
         )
     params = SamplingParams(
         max_tokens=max_tokens,
@@ -243,7 +262,9 @@ def _finish(
         top_k=_top_k(reader),
         seed=reader.integer("seed", low=0, high=MAX_SEED),
         stop=_read_stop(reader, limits),
+        stop_token_ids=_read_stop_token_ids(reader, limits),
         ignore_eos=ignore_eos,
+        min_tokens=min_tokens,
         deadline_seconds=limits.request_timeout_seconds,
     )
     params.validate()
@@ -255,7 +276,21 @@ def _finish(
         stream=stream,
         include_usage=include_usage,
         priority=_priority(reader, header_priority),
+        continuous_usage=continuous_usage,
+        ignored_fields=tuple(unknown.ignored),
     )
+
+
+def _requested_max_tokens(reader: BodyReader) -> tuple[int | None, str]:
+    """(the requested output cap or None, the field it came from); both fields must agree."""
+    max_tokens = reader.integer("max_tokens", low=1)
+    max_completion_tokens = reader.integer("max_completion_tokens", low=1)
+    both = max_tokens is not None and max_completion_tokens is not None
+    if both and max_tokens != max_completion_tokens:
+        raise APIError.invalid("max_completion_tokens", "conflicts with max_tokens; give only one")
+    if max_completion_tokens is not None:
+        return max_completion_tokens, "max_completion_tokens"
+    return max_tokens, "max_tokens"
 
 
 def _top_p(reader: BodyReader) -> float:
@@ -271,7 +306,16 @@ def _top_k(reader: BodyReader) -> int:
 
 
 def _priority(reader: BodyReader, header_priority: str | None) -> str:
-    if reader.has("priority"):
+    raw = reader.raw("priority")
+    if is_token_id(raw):
+        # vLLM's integer priority: lower value = served first. <= 0 is interactive, > 0 batch.
+        return "interactive" if raw <= 0 else "batch"
+    if raw is not None:
+        if not isinstance(raw, str):
+            raise APIError.invalid(
+                "priority",
+                f"must be an integer or one of {', '.join(PRIORITIES)}, got {type_name(raw)}",
+            )
         return reader.string("priority", choices=PRIORITIES)
     if header_priority is not None:
         value = header_priority.strip().lower()
@@ -303,59 +347,29 @@ def _read_stop(reader: BodyReader, limits: RequestLimits) -> tuple[str, ...]:
     return tuple(items)
 
 
-def _read_messages(reader: BodyReader, limits: RequestLimits) -> list[dict[str, str]]:
-    raw = reader.raw("messages")
+def _read_stop_token_ids(reader: BodyReader, limits: RequestLimits) -> tuple[int, ...]:
+    raw = reader.raw("stop_token_ids")
     if raw is None:
-        raise APIError.invalid("messages", "is required", code="missing_required_parameter")
+        return ()
     if not isinstance(raw, list):
-        raise APIError.invalid("messages", f"must be an array, got {type_name(raw)}")
-    if not raw:
-        raise APIError.invalid("messages", "must not be empty")
-    if len(raw) > limits.max_messages:
-        raise APIError.invalid("messages", f"at most {limits.max_messages} messages")
-    messages = []
-    for index, item in enumerate(raw):
-        message = BodyReader(item, where=f"messages[{index}]")
-        message.refuse_unknown(("role", "content", "name"))
-        role = message.string("role")
-        if role not in _CHAT_ROLE_ALIASES:
+        raise APIError.invalid(
+            "stop_token_ids", f"must be an array of token ids, got {type_name(raw)}"
+        )
+    if len(raw) > MAX_STOP_TOKEN_IDS:
+        raise APIError.invalid("stop_token_ids", f"at most {MAX_STOP_TOKEN_IDS} token ids")
+    for index, token in enumerate(raw):
+        if not is_token_id(token) or not 0 <= token < limits.vocab_size:
             raise APIError.invalid(
-                message.path("role"), f"must be one of {', '.join(_CHAT_ROLE_ALIASES)}"
+                f"stop_token_ids[{index}]", f"must be a token id in [0, {limits.vocab_size})"
             )
-        message.string("name")
-        messages.append({"role": _CHAT_ROLE_ALIASES[role], "content": _content(message)})
-    return messages
-
-
-def _content(message: BodyReader) -> str:
-    raw = message.raw("content")
-    if isinstance(raw, str):
-        return raw
-    if isinstance(raw, list):
-        parts = []
-        for index, item in enumerate(raw):
-            part = BodyReader(item, where=f"{message.path('content')}[{index}]")
-            part.refuse_unknown(("type", "text"))
-            part.string("type", choices=("text",))
-            text = part.string("text")
-            if text is None:
-                raise APIError.invalid(part.path("text"), "is required")
-            parts.append(text)
-        return "".join(parts)
-    raise APIError.invalid(
-        message.path("content"), f"must be a string or an array of text parts, got {type_name(raw)}"
-    )
-
-
-def _is_token_id(value: Any) -> bool:
-    return isinstance(value, int) and not isinstance(value, bool)
+    return tuple(raw)
 
 
 def _read_token_ids(raw: Any, path: str, limits: RequestLimits) -> list[int]:
     if not isinstance(raw, list) or not raw:
         raise APIError.invalid(path, "must be a non-empty string or array of token ids")
     for index, token in enumerate(raw):
-        if not _is_token_id(token) or not 0 <= token < limits.vocab_size:
+        if not is_token_id(token) or not 0 <= token < limits.vocab_size:
             raise APIError.invalid(
                 f"{path}[{index}]", f"must be a token id in [0, {limits.vocab_size})"
             )
@@ -367,7 +381,7 @@ def _read_prompt(raw: Any, tokenizer: ByteTokenizer, limits: RequestLimits) -> l
         raise APIError.invalid("prompt", "is required", code="missing_required_parameter")
     if isinstance(raw, list) and len(raw) == 1 and isinstance(raw[0], str | list):
         raw = raw[0]  # a batch of one prompt
-    elif isinstance(raw, list) and raw and not all(_is_token_id(x) for x in raw):
+    elif isinstance(raw, list) and raw and not all(is_token_id(x) for x in raw):
         raise APIError.invalid("prompt", "only one prompt per request is supported")
     if isinstance(raw, str):
         return tokenizer.encode(raw, add_bos=True)

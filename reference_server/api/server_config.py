@@ -43,6 +43,7 @@ class ServerConfig:
     max_stop_sequences: int = 4
     max_stop_sequence_chars: int = 256
     max_messages: int = 1024
+    strict: bool = False
     max_connections: int = 2048
     keep_alive_timeout_seconds: float = 5.0
     embedding_max_batch_size: int = 32
@@ -79,8 +80,9 @@ class ServerConfig:
                 raise ServerConfigError(name, "must be a non-empty string or unset")
         if self.log_level not in LOG_LEVELS:
             raise ServerConfigError("log_level", f"must be one of {', '.join(LOG_LEVELS)}")
-        if not isinstance(self.access_log, bool):
-            raise ServerConfigError("access_log", "must be true or false")
+        for name in ("strict", "access_log"):
+            if not isinstance(getattr(self, name), bool):
+                raise ServerConfigError(name, "must be true or false")
 
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> ServerConfig:
@@ -142,6 +144,8 @@ SERVER_FIELD_HELP: dict[str, str] = {
     "max_stop_sequences": "most stop strings one request may give",
     "max_stop_sequence_chars": "longest stop string accepted, in characters",
     "max_messages": "most chat messages one request may give",
+    "strict": "refuse request fields the server does not know (400 unknown_parameter, as "
+    "OpenAI does) instead of ignoring them with one log line per request (as vLLM does)",
     "max_connections": "most concurrent HTTP connections; extra ones get 503",
     "keep_alive_timeout_seconds": "idle keep-alive connection timeout, in seconds",
     "embedding_max_batch_size": "embeddings batcher: most inputs in one forward",

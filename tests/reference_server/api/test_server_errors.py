@@ -34,7 +34,7 @@ def assert_error(response: httpx.Response, status: int, param: str | None = None
         ("/v1/completions", {"prompt": "x", "temperature": -1}, "temperature"),
         ("/v1/completions", {"prompt": "x", "stop": ["a", "b", "c", "d", "e"]}, "stop"),
         ("/v1/completions", {"prompt": "x", "priority": "vip"}, "priority"),
-        ("/v1/completions", {"prompt": "x", "surprise": True}, "surprise"),
+        ("/v1/completions", {"prompt": "x", "priority": True}, "priority"),
         ("/v1/embeddings", {"input": []}, "input"),
         ("/v1/chat/completions", [1, 2, 3], "body"),
     ],
