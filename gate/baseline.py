@@ -22,7 +22,7 @@ from gate.gates.model import GatesFile, Scope, Settings, Slos
 from gate.metrics import derive
 from gate.rundir.run import RunData, provenance
 from gate.verdicts.assess import point_value
-from gate.verdicts.judge import measure_key
+from gate.verdicts.context import measure_key
 
 __all__ = ["BASELINE_SCHEMA_VERSION", "DEFAULT_STORE", "Baseline", "BaselineError", "BaselineStore"]
 

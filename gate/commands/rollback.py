@@ -22,12 +22,12 @@ from typing import Any
 
 from gate.commands._common import default_gates_path
 from gate.errors import ExitCode, UsageError
+from gate.gates.equivalents import format_equivalents
 from gate.gates.file import load
 from gate.rollback import (
     BatchingNotSupported,
     RollbackError,
     apply_preset,
-    format_equivalents,
 )
 
 TOKEN_ENV = "BATCHGATE_ADMIN_TOKEN"

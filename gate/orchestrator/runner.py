@@ -106,8 +106,6 @@ class _Run:
         else:
             url = c.target_url
         self.client = TargetClient(url, api_key=c.api_key, admin_token=c.admin_token)
-        if c.target_url is not None and c.preset is not None:
-            self._apply_live_preset(url)
         try:
             self.info = self.client.info()
         except TargetError as exc:
@@ -199,7 +197,13 @@ class _Run:
             children=self.children,
             hardware=self.manifest.hardware,
         )
+        if c.target_url is not None and c.preset is not None and not c.calibrate_only:
+            # After calibrating: "unloaded" is the target as it was, not the preset under test.
+            self._apply_live_preset(self.client.url)
+            self.info = dataclasses.replace(self.info, batching=self.client.batching())
+            self.manifest.target = self.info.to_manifest()
         if result is None:
+            self.manifest.write()
             return
         self.calibration, self.plans = result.calibration, result.plans
         self.manifest.extra["calibration"] = result.manifest_entry

@@ -12,7 +12,8 @@ from __future__ import annotations
 from gate.errors import ExitCode
 from gate.gates.model import GatesFile
 from gate.rundir.run import RunData
-from gate.verdicts.judge import BaselineLike, verdicts_for
+from gate.verdicts.context import BaselineLike
+from gate.verdicts.judge import verdicts_for
 from gate.verdicts.model import Evaluation, Status, Verdict
 
 __all__ = ["IncrementalEvaluator", "evaluate", "exit_code_for"]

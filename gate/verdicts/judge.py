@@ -11,158 +11,25 @@ and baseline-regression gates (limits from the stored value). It knows a baselin
 from __future__ import annotations
 
 import dataclasses
-import json
 import math
-from typing import Any, Protocol
 
 import numpy as np
 
 from gate import glossary
-from gate.gates.model import Gate, GatesFile, Scope
-from gate.metrics import derive
-from gate.metrics.measurements import Measurement, NoData, Samples, Series
+from gate.gates.model import Gate, GatesFile
+from gate.metrics.measurements import NoData, Samples, Series
 from gate.rundir.run import ProfileData, RunData, provenance
 from gate.stats import Bounds, mean_bounds, quantile_with_bounds
 from gate.units import Threshold, UnitKind
 from gate.verdicts.assess import Assessment, assess, bounds_judgement, combine, point_value
+from gate.verdicts.context import BaselineLike, JudgeContext, make_verdict, measure_key
 from gate.verdicts.model import Status, Verdict
 from gate.verdicts.relative import resolve_relative
 
-__all__ = ["BaselineLike", "measure_key", "verdicts_for"]
+__all__ = ["verdicts_for"]
 
 
-class BaselineLike(Protocol):
-    @property
-    def name(self) -> str: ...
-
-    def value(self, key: str) -> float | None: ...
-
-    def mismatches(
-        self, run_provenance: dict[str, str | None], fields: tuple[str, ...]
-    ) -> list[str]: ...
-
-
-def measure_key(profile: str, metric: str, statistic: str, scope: Scope) -> str:
-    """The name a baseline stores a measured statistic under."""
-    scope_items = {k: v for k, v in scope.to_dict().items() if k != "profile"}
-    return f"{profile}|{metric}|{statistic}|{json.dumps(scope_items, sort_keys=True)}"
-
-
-class _Context:
-    def __init__(
-        self, run: RunData, gates_file: GatesFile, baseline: BaselineLike | None, partial: bool
-    ) -> None:
-        self.run, self.gates_file, self.baseline, self.partial = run, gates_file, baseline, partial
-        self.settings = gates_file.settings
-        self.last_key: tuple[Any, ...] | None = None
-        self.last: Measurement | None = None
-        manifest = run.manifest or {}
-        ended = manifest.get("ended")
-        # An abort_on_fail stop is a judged outcome, not a fault: the profiles before it
-        # completed, the aborted one is judged by its abort record.
-        self.run_closed = (
-            None
-            if partial or ended in (None, "completed", "aborted")
-            else (f"run ended {ended!r}: {manifest.get('reason') or 'no reason recorded'}")
-        )
-        self.run_aborted = not partial and ended == "aborted"
-
-    def closed_reason(self, profile: ProfileData | None, name: str) -> str | None:
-        if self.run_closed:
-            return self.run_closed
-        if profile is None:
-            if self.run_aborted:
-                return f"profile {name!r} was not run: an abort_on_fail gate stopped the run"
-            return f"profile {name!r} is not in this run"
-        if self.partial:
-            return None
-        if profile.abort is not None:
-            return (
-                f"profile stopped early by abort_on_fail gate {profile.abort.gate!r} after "
-                f"{profile.abort.elapsed_seconds:.1f} s"
-            )
-        load = profile.load
-        if load is None:
-            return "load.json missing: the measurement's validity is unknown"
-        if load.get("ended", "completed") != "completed":
-            return f"load ended {load.get('ended')!r}"
-        if load.get("measurement_valid") is False:
-            reasons = "; ".join(load.get("invalid_reasons") or []) or "no reason given"
-            return f"measurement invalid: {reasons}"
-        return None
-
-    def measure(self, gate: Gate, profile: ProfileData, scope: Scope) -> Measurement:
-        warmup = (
-            gate.warmup_seconds if gate.warmup_seconds is not None else self.settings.warmup_seconds
-        )
-        slos = gate.slos or self.gates_file.slos
-        # Sample metrics do not depend on the statistic: gates side by side on one scope (p50
-        # and p99 of 32M ITL gaps) share one measurement. One entry only, dropped before the
-        # next is derived, so no more than one set of samples is alive at a time.
-        key = None
-        if glossary.get_metric(gate.metric).shape is glossary.Shape.SAMPLES:
-            key = (profile.name, gate.metric, scope, warmup, slos)
-            if self.last_key == key and self.last is not None:
-                return self.last
-        self.last_key, self.last = None, None
-        measurement = derive.measure(
-            profile,
-            gate.metric,
-            gate.statistic,
-            scope,
-            slos=slos,
-            settings=self.settings,
-            warmup_seconds=warmup,
-        )
-        if key is not None:
-            self.last_key, self.last = key, measurement
-        return measurement
-
-
-def _verdict(
-    gate: Gate,
-    profile: str | None,
-    status: Status,
-    assessment: Assessment,
-    threshold: Threshold | None,
-    confidence: float,
-    **extra: Any,
-) -> Verdict:
-    margin = None
-    if threshold is not None and assessment.value is not None and threshold.op != "==":
-        margin = (
-            threshold.value - assessment.value
-            if threshold.is_upper_limit
-            else assessment.value - threshold.value
-        )
-    unit = gate.unit.value
-    return Verdict(
-        gate=gate.name,
-        profile=profile,
-        status=status,
-        metric=gate.metric,
-        statistic=gate.statistic,
-        unit=unit,
-        scope=gate.scope.to_dict(),
-        value=assessment.value,
-        n=assessment.n,
-        interval=assessment.interval,
-        threshold=None if threshold is None else threshold.text,
-        threshold_value=None if threshold is None else threshold.value,
-        margin=margin,
-        confidence=confidence,
-        reason=assessment.reason,
-        estimate=assessment.estimate,
-        of_total=bool(threshold and threshold.of_total),
-        monitor=gate.monitor,
-        key=gate.key,
-        knob=gate.knob,
-        rollback=gate.rollback,
-        **extra,
-    )
-
-
-def _judge_abort(ctx: _Context, gate: Gate, profile: ProfileData) -> Verdict | None:
+def _judge_abort(ctx: JudgeContext, gate: Gate, profile: ProfileData) -> Verdict | None:
     """The aborting gate's verdict: judged again on what the deciding check read. None when
     this gates file does not reproduce the abort (the gate is judged like the others then)."""
     abort, view = profile.abort, profile.abort_view
@@ -177,7 +44,7 @@ def _judge_abort(ctx: _Context, gate: Gate, profile: ProfileData) -> Verdict | N
         calibration=ctx.run.calibration,
     )
     # As during the run: no baseline, and the files as they were (partial).
-    verdict = _judge(_Context(snapshot, ctx.gates_file, None, True), gate, profile.name)
+    verdict = _judge(JudgeContext(snapshot, ctx.gates_file, None, True), gate, profile.name)
     if not verdict.confident_failure:
         return None
     reason = f"aborted the run early: confident failure after {verdict.n} samples"
@@ -186,7 +53,7 @@ def _judge_abort(ctx: _Context, gate: Gate, profile: ProfileData) -> Verdict | N
     return dataclasses.replace(verdict, reason=reason)
 
 
-def _judge(ctx: _Context, gate: Gate, name: str) -> Verdict:
+def _judge(ctx: JudgeContext, gate: Gate, name: str) -> Verdict:
     profile = ctx.run.profiles.get(name)
     confidence = ctx.settings.confidence
     if not ctx.partial and not ctx.run_closed and profile is not None and profile.abort:
@@ -195,7 +62,7 @@ def _judge(ctx: _Context, gate: Gate, name: str) -> Verdict:
             return aborted
     closed = ctx.closed_reason(profile, name)
     if closed is not None or profile is None:
-        return _verdict(
+        return make_verdict(
             gate,
             name,
             Status.NO_DATA,
@@ -213,7 +80,7 @@ def _judge(ctx: _Context, gate: Gate, name: str) -> Verdict:
         reason = measurement.reason if isinstance(measurement, NoData) else "monitor"
         status = Status.NO_DATA if value is None else Status.PASS
         n = len(measurement.values) if isinstance(measurement, (Samples, Series)) else 0
-        return _verdict(
+        return make_verdict(
             gate,
             name,
             status,
@@ -233,7 +100,7 @@ def _judge(ctx: _Context, gate: Gate, name: str) -> Verdict:
         else None
     )
     status, shown = combine(fail, warn)
-    return _verdict(gate, name, status, shown, gate.fail or gate.warn, confidence)
+    return make_verdict(gate, name, status, shown, gate.fail or gate.warn, confidence)
 
 
 def _stat_bounds(values: np.ndarray, statistic: str, confidence: float) -> tuple[float, Bounds]:
@@ -242,7 +109,7 @@ def _stat_bounds(values: np.ndarray, statistic: str, confidence: float) -> tuple
     return quantile_with_bounds(values, glossary.PERCENTILES[statistic], confidence=confidence)
 
 
-def _judge_ratio(ctx: _Context, gate: Gate, profile: ProfileData) -> Verdict:
+def _judge_ratio(ctx: JudgeContext, gate: Gate, profile: ProfileData) -> Verdict:
     confidence = ctx.settings.confidence
     threshold = gate.fail or gate.warn
     assert threshold is not None and gate.relative_to is not None
@@ -253,7 +120,7 @@ def _judge_ratio(ctx: _Context, gate: Gate, profile: ProfileData) -> Verdict:
     ref_profile = ctx.run.profiles.get(ref_name)
     closed = ctx.closed_reason(ref_profile, ref_name) if ref_name != profile.name else None
     if ref_profile is None or closed is not None:
-        return _verdict(
+        return make_verdict(
             gate,
             profile.name,
             Status.NO_DATA,
@@ -265,7 +132,7 @@ def _judge_ratio(ctx: _Context, gate: Gate, profile: ProfileData) -> Verdict:
     for part, label in ((numerator, "gate scope"), (reference, "reference scope")):
         if isinstance(part, NoData) or not isinstance(part, Samples) or len(part.values) == 0:
             reason = part.reason if isinstance(part, NoData) else "no samples"
-            return _verdict(
+            return make_verdict(
                 gate,
                 profile.name,
                 Status.NO_DATA,
@@ -306,18 +173,18 @@ def _judge_ratio(ctx: _Context, gate: Gate, profile: ProfileData) -> Verdict:
                 ),
             )
     status, shown = combine(assessments.get("fail"), assessments.get("warn"))
-    return _verdict(
+    return make_verdict(
         gate, profile.name, status, shown, threshold, confidence, reference_value=ref_value
     )
 
 
-def _judge_regression(ctx: _Context, gate: Gate, profile: ProfileData) -> Verdict:
+def _judge_regression(ctx: JudgeContext, gate: Gate, profile: ProfileData) -> Verdict:
     confidence = ctx.settings.confidence
     regression = gate.regression
     assert regression is not None
 
     def inconclusive(reason: str) -> Verdict:
-        return _verdict(
+        return make_verdict(
             gate,
             profile.name,
             Status.INCONCLUSIVE,
@@ -364,7 +231,7 @@ def _judge_regression(ctx: _Context, gate: Gate, profile: ProfileData) -> Verdic
     )
     status, shown = combine(fail, warn)
     delta = None if shown.value is None or base == 0 else (shown.value - base) / abs(base)
-    return _verdict(
+    return make_verdict(
         gate,
         profile.name,
         status,
@@ -393,13 +260,13 @@ def verdicts_for(
     baseline: BaselineLike | None,
     partial: bool,
 ) -> list[Verdict]:
-    ctx = _Context(run, gates_file, baseline, partial)
+    ctx = JudgeContext(run, gates_file, baseline, partial)
     verdicts = []
     for gate in gates:
         names = _profiles_for(gate, run)
         if not names:
             verdicts.append(
-                _verdict(
+                make_verdict(
                     gate,
                     None,
                     Status.NO_DATA,
@@ -411,7 +278,7 @@ def verdicts_for(
         resolved, problem = resolve_relative(gate, run.calibration)
         if problem is not None:
             verdicts.extend(
-                _verdict(
+                make_verdict(
                     gate,
                     name,
                     Status.NO_DATA,

@@ -66,7 +66,7 @@ def test_a_server_without_metrics_is_gated_on_what_it_can_show(tmp_path, plain_o
     manifest = read_json(run_dir / "manifest.json")
     assert manifest["target"]["server_kind"] == "openai"
     assert manifest["target"]["has_metrics"] is False
-    left_out = manifest["extra"]["gates_not_measurable"]
+    left_out = manifest["gates_not_measurable"]
     assert (
         "kv_leak_after_drain" in left_out
         and "serves no /metrics" in left_out["kv_leak_after_drain"]

@@ -9,14 +9,13 @@ import pytest
 from fake_target import closed_port_url, running_target
 
 from gate.cli import main
+from gate.gates.equivalents import equivalent_settings, format_equivalents
 from gate.rollback import (
     AdminRefused,
     BatchingNotSupported,
     PresetRejected,
     TargetUnreachable,
     apply_preset,
-    equivalent_settings,
-    format_equivalents,
 )
 
 DEFAULT_SETTINGS = {
@@ -162,9 +161,7 @@ def test_command_applies_saves_previous_and_rolls_forward(target, gates_file, tm
     assert admin.settings == DEFAULT_SETTINGS
 
 
-def test_command_on_other_server_prints_equivalents_and_does_not_exit_0(
-    target, gates_file, capsys
-):
+def test_command_on_other_server_prints_equivalents_and_does_not_exit_0(target, gates_file, capsys):
     argv = ["rollback", "--target", target.url, "--to", "safe", "--gates", str(gates_file)]
     assert main(argv) == 5  # nothing was rolled back
     captured = capsys.readouterr()
@@ -240,7 +237,7 @@ def test_equivalents_cover_every_key_for_every_server():
 
 
 def test_a_null_dispatch_threshold_maps_to_no_preferred_batch_size_on_triton():
-    from gate.rollback import equivalent_settings
+    from gate.gates.equivalents import equivalent_settings
 
     rows = equivalent_settings({"interactive": {"dispatch_threshold": None}})["triton"]
     (row,) = [r for r in rows if r.key == "interactive.dispatch_threshold"]

@@ -14,13 +14,13 @@ from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, gene
 from gate.observers.namemaps import (
     GLOSSARY_NAMES,
     GLOSSARY_UNITS,
-    NAME_MAPS,
     SERVER_KINDS,
     detect_server_kind,
     map_metrics,
     unavailable_reason,
 )
 from gate.observers.prom_scraper import parse_exposition
+from gate.observers.server_maps import NAME_MAPS
 
 FIXTURES = Path(__file__).parent / "fixtures"
 STEP_BUCKETS = (0.0001, 0.0005, 0.001, 0.005, 0.01, 0.1, 1.0, 10.0)

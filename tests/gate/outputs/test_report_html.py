@@ -63,8 +63,14 @@ def test_figures_without_observer_files_say_no_data_and_why(tmp_path: Path) -> N
     page = write_report(run_dir).read_text(encoding="utf-8")
     states = {key: state for _, key, state in _figures(page)}
     assert states == {
-        "ttft-cdf": "data", "itl-cdf": "data", "e2e-cdf": "data", "rate": "data",
-        "rolling-ttft": "data", "queue": "no-data", "kv": "no-data", "memory": "no-data",
+        "ttft-cdf": "data",
+        "itl-cdf": "data",
+        "e2e-cdf": "data",
+        "rate": "data",
+        "rolling-ttft": "data",
+        "queue": "no-data",
+        "kv": "no-data",
+        "memory": "no-data",
         "step": "no-data",
     }
     for key in ("queue", "kv", "memory", "step"):

@@ -28,8 +28,14 @@ def _chromium() -> str | None:
 def _flags(profile_dir: Path) -> list[str]:
     # No network of any kind: the page must render from the file alone.
     return [
-        "--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
-        "--disable-background-networking", "--disable-component-update", "--disable-sync",
+        "--headless",
+        "--no-sandbox",
+        "--disable-gpu",
+        "--disable-quic",
+        "--no-first-run",
+        "--disable-background-networking",
+        "--disable-component-update",
+        "--disable-sync",
         f"--user-data-dir={profile_dir}",
     ]
 
@@ -42,9 +48,16 @@ def test_report_renders_in_headless_chromium(tmp_path: Path) -> None:
     url = page.resolve().as_uri()
     screenshot = tmp_path / "report.png"
     shot = subprocess.run(
-        [browser, *_flags(tmp_path / "profile-a"), f"--screenshot={screenshot}",
-         "--window-size=1400,4000", url],
-        capture_output=True, timeout=120, check=False,
+        [
+            browser,
+            *_flags(tmp_path / "profile-a"),
+            f"--screenshot={screenshot}",
+            "--window-size=1400,4000",
+            url,
+        ],
+        capture_output=True,
+        timeout=120,
+        check=False,
     )
     assert shot.returncode == 0, shot.stderr.decode(errors="replace")[-2000:]
     data = screenshot.read_bytes()
@@ -52,7 +65,9 @@ def test_report_renders_in_headless_chromium(tmp_path: Path) -> None:
     assert len(data) > 50_000  # a blank 1400x4000 page compresses to a few KB
     dom = subprocess.run(
         [browser, *_flags(tmp_path / "profile-b"), "--dump-dom", url],
-        capture_output=True, timeout=120, check=False,
+        capture_output=True,
+        timeout=120,
+        check=False,
     )
     assert dom.returncode == 0, dom.stderr.decode(errors="replace")[-2000:]
     parsed = dom.stdout.decode("utf-8")

@@ -45,9 +45,15 @@ def test_all_requests_failed_shows_rates_and_says_why_latency_is_missing(tmp_pat
 
     def fail_all(records):  # type: ignore[no-untyped-def]
         for record in records:
-            record.update(status="connection_error", first_token_at=None, chunk_times=[],
-                          chunk_tokens=[], output_tokens=None, http_status=None,
-                          error="connection refused")
+            record.update(
+                status="connection_error",
+                first_token_at=None,
+                chunk_times=[],
+                chunk_tokens=[],
+                output_tokens=None,
+                http_status=None,
+                error="connection refused",
+            )
         return records
 
     _rewrite_requests(run_dir / "steady" / "requests.jsonl", fail_all)

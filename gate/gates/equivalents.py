@@ -1,0 +1,291 @@
+"""What a batching preset means on servers that cannot take it live (docs/rollback.md).
+
+Owns the documented mapping of preset keys to vLLM engine flags, Triton dynamic-batcher fields
+and TGI router flags, each exact or the nearest knob with a note saying how it differs, and its
+text form for `batchgate rollback` against such a server. It does not talk to any server
+(`gate.rollback`).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Mapping
+from typing import Any
+
+__all__ = ["Equivalent", "equivalent_settings", "format_equivalents"]
+
+CLASSES = ("interactive", "batch")
+
+
+@dataclasses.dataclass(frozen=True, kw_only=True)
+class Equivalent:
+    server: str  # vllm | triton | tgi
+    key: str  # the preset key it comes from
+    setting: str | None  # the flag / config line to use; None when there is no equivalent
+    exact: bool  # False: nearest knob, the note says how it differs
+    note: str | None = None
+
+
+def equivalent_settings(preset: Mapping[str, Any]) -> dict[str, list[Equivalent]]:
+    """The preset's keys as vLLM, Triton and TGI settings, per the table in docs/rollback.md."""
+    flat = _flatten(preset)
+    out: dict[str, list[Equivalent]] = {"vllm": [], "triton": [], "tgi": []}
+    for key, value in flat.items():
+        for server, mapper in _MAPPERS.items():
+            out[server].append(mapper(key, value))
+    return out
+
+
+def _flatten(preset: Mapping[str, Any]) -> dict[str, Any]:
+    flat: dict[str, Any] = {}
+    for key, value in preset.items():
+        if key in CLASSES and isinstance(value, Mapping):
+            for sub, v in value.items():
+                flat[f"{key}.{sub}"] = v
+        else:
+            flat[key] = value
+    return flat
+
+
+def _none(server: str, key: str, why: str) -> Equivalent:
+    return Equivalent(server=server, key=key, setting=None, exact=False, note=why)
+
+
+def _vllm(key: str, value: Any) -> Equivalent:
+    s = "vllm"
+    field = key.rsplit(".", 1)[-1]
+    if key == "policy":
+        if value == "continuous":
+            return Equivalent(
+                server=s,
+                key=key,
+                setting="(default)",
+                exact=True,
+                note="vLLM always batches per iteration",
+            )
+        return _none(
+            s, key, f"vLLM has no request-level '{value}' batching; it is always continuous"
+        )
+    if key == "max_num_seqs":
+        return Equivalent(server=s, key=key, setting=f"--max-num-seqs {value}", exact=True)
+    if key == "max_num_batched_tokens":
+        return Equivalent(
+            server=s, key=key, setting=f"--max-num-batched-tokens {value}", exact=True
+        )
+    if key == "max_prefill_chunk_tokens":
+        return Equivalent(
+            server=s,
+            key=key,
+            setting=f"--long-prefill-token-threshold {value}",
+            exact=False,
+            note="with --enable-chunked-prefill; caps long prompts' chunks",
+        )
+    if key == "shared_queue":
+        policy = "fcfs" if value else "priority"
+        return Equivalent(
+            server=s,
+            key=key,
+            setting=f"--scheduling-policy {policy}",
+            exact=False,
+            note="priority: requests carry vLLM's numeric `priority` (lower first)",
+        )
+    if field in ("max_batch_size", "max_wait_ms", "dispatch_threshold"):
+        return _none(s, key, "vLLM has no per-class batch window or batch size")
+    if field == "max_waiting":
+        return _none(s, key, "vLLM's waiting queue is unbounded; limit at the proxy")
+    if key == "kv_cache_memory_bytes":
+        return Equivalent(
+            server=s,
+            key=key,
+            setting=f"--kv-cache-memory-bytes {value}",
+            exact=False,
+            note="recent vLLM only; older ones size the cache by --gpu-memory-utilization",
+        )
+    if key == "num_gpu_blocks_override":
+        return Equivalent(
+            server=s,
+            key=key,
+            setting=f"--num-gpu-blocks-override {value}",
+            exact=True,
+            note="the same setting: the KV pool in blocks (of --block-size tokens)",
+        )
+    return _none(s, key, "no vLLM equivalent")
+
+
+def _triton(key: str, value: Any) -> Equivalent:
+    s = "triton"
+    field = key.rsplit(".", 1)[-1]
+    per_class = "." in key
+    if key == "policy":
+        settings = {
+            "dynamic": ("dynamic_batching { }", True, None),
+            "static": (
+                "(remove the dynamic_batching block)",
+                False,
+                "without it Triton runs requests as they arrive; batch on the client",
+            ),
+            "continuous": (
+                'parameters { key: "batching_strategy" value: { string_value: '
+                '"inflight_fused_batching" } }',
+                False,
+                "in-flight batching exists only in the TensorRT-LLM backend",
+            ),
+        }
+        setting, exact, note = settings.get(value, (None, False, f"unknown policy {value!r}"))
+        return Equivalent(server=s, key=key, setting=setting, exact=exact, note=note)
+    if field == "max_batch_size":
+        return Equivalent(
+            server=s,
+            key=key,
+            setting=f"max_batch_size: {value}",
+            exact=not per_class,
+            note="one per model in Triton, not per priority class" if per_class else None,
+        )
+    if field == "max_wait_ms":
+        micros = round(float(value) * 1000)
+        return Equivalent(
+            server=s,
+            key=key,
+            setting=f"dynamic_batching {{ max_queue_delay_microseconds: {micros} }}",
+            exact=not per_class,
+            note="one delay per model in Triton" if per_class else None,
+        )
+    if field == "dispatch_threshold":
+        if value is None:  # adaptive dispatch off: Triton's default is no preferred size
+            return Equivalent(
+                server=s,
+                key=key,
+                setting="dynamic_batching { } (no preferred_batch_size)",
+                exact=True,
+                note=None,
+            )
+        return Equivalent(
+            server=s,
+            key=key,
+            setting=f"dynamic_batching {{ preferred_batch_size: [ {value} ] }}",
+            exact=False,
+            note="Triton dispatches at once when a preferred size forms",
+        )
+    if field == "max_waiting":
+        level = CLASSES.index(key.split(".")[0]) + 1 if per_class else None
+        if level is None:
+            return Equivalent(
+                server=s,
+                key=key,
+                exact=True,
+                setting=f"default_queue_policy {{ max_queue_size: {value} }}",
+            )
+        return Equivalent(
+            server=s,
+            key=key,
+            exact=True,
+            setting=f"priority_levels: 2, priority_queue_policy {{ key: {level} "
+            f"value: {{ max_queue_size: {value} }} }}",
+        )
+    if key == "max_num_seqs":
+        return Equivalent(
+            server=s,
+            key=key,
+            setting=f"trtllm-build --max_batch_size {value}",
+            exact=False,
+            note="TensorRT-LLM backend engine build option",
+        )
+    if key == "max_num_batched_tokens":
+        return Equivalent(
+            server=s,
+            key=key,
+            setting=f"trtllm-build --max_num_tokens {value}",
+            exact=False,
+            note="TensorRT-LLM backend engine build option",
+        )
+    if key == "kv_cache_memory_bytes":
+        return Equivalent(
+            server=s,
+            key=key,
+            setting="kv_cache_free_gpu_mem_fraction / max_tokens_in_paged_kv_cache",
+            exact=False,
+            note="TensorRT-LLM backend parameters; sized as a fraction or in tokens, not bytes",
+        )
+    if key == "num_gpu_blocks_override":
+        return Equivalent(
+            server=s,
+            key=key,
+            setting="max_tokens_in_paged_kv_cache = blocks x tokens per block",
+            exact=False,
+            note="TensorRT-LLM backend parameter; a token budget, not blocks",
+        )
+    return _none(s, key, "no Triton equivalent")
+
+
+def _tgi(key: str, value: Any) -> Equivalent:
+    s = "tgi"
+    field = key.rsplit(".", 1)[-1]
+    if key == "policy":
+        if value == "continuous":
+            return Equivalent(
+                server=s,
+                key=key,
+                setting="(default)",
+                exact=True,
+                note="TGI's router always batches continuously",
+            )
+        return _none(s, key, f"TGI has no '{value}' batching policy")
+    if key == "max_num_seqs":
+        return Equivalent(server=s, key=key, setting=f"--max-batch-size {value}", exact=True)
+    if key == "max_num_batched_tokens":
+        return Equivalent(
+            server=s,
+            key=key,
+            setting=f"--max-batch-prefill-tokens {value}",
+            exact=False,
+            note="TGI caps prefill tokens per forward; decode tokens are "
+            "bounded by --max-batch-total-tokens",
+        )
+    if field == "max_wait_ms":
+        return _none(s, key, "TGI has no time window; --max-waiting-tokens counts decode steps")
+    if field == "max_waiting":
+        return Equivalent(
+            server=s,
+            key=key,
+            setting=f"--max-concurrent-requests {value}",
+            exact=False,
+            note="TGI's limit counts running and waiting requests of every class together",
+        )
+    if key == "kv_cache_memory_bytes":
+        return Equivalent(
+            server=s,
+            key=key,
+            setting="--cuda-memory-fraction / --max-batch-total-tokens",
+            exact=False,
+            note="TGI sizes the KV cache from a memory fraction or a token budget, not bytes",
+        )
+    if key == "num_gpu_blocks_override":
+        return Equivalent(
+            server=s,
+            key=key,
+            setting="--max-batch-total-tokens (blocks x tokens per block)",
+            exact=False,
+            note="TGI bounds the KV cache by a token budget, not blocks",
+        )
+    return _none(s, key, "no TGI equivalent")
+
+
+_MAPPERS = {"vllm": _vllm, "triton": _triton, "tgi": _tgi}
+
+
+def format_equivalents(preset_name: str, preset: Mapping[str, Any]) -> str:
+    """Plain text for people: one block per server, one line per preset key."""
+    lines = [f"Equivalent settings for preset '{preset_name}' (nothing was changed):"]
+    titles = {
+        "vllm": "vLLM (engine flags)",
+        "triton": "Triton (model config.pbtxt)",
+        "tgi": "TGI (router / launcher flags)",
+    }
+    for server, items in equivalent_settings(preset).items():
+        lines.append(f"  {titles[server]}:")
+        for eq in items:
+            value = eq.setting or "no equivalent"
+            mark = "" if eq.exact or eq.setting is None else " (nearest)"
+            note = f"  # {eq.note}" if eq.note else ""
+            lines.append(f"    {eq.key:<34} -> {value}{mark}{note}")
+    return "\n".join(lines)
