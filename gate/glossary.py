@@ -300,7 +300,10 @@ _ALL = (
         unit=UnitKind.BYTES,
         statistics=("peak", "mean", "final"),
         scopes=_WINDOW_SCOPES,
-        description="device memory used (NVML), or the server's resident memory without a GPU",
+        description=(
+            "device memory used (NVML), or the server's resident memory without a GPU (its PID,"
+            " else its own process_resident_memory_bytes)"
+        ),
     ),
     _m(
         name="gpu_utilization",

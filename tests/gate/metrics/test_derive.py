@@ -149,6 +149,49 @@ def test_memory_from_the_sampler_including_the_cpu_fallback(tmp_path):
     assert "no NVML and no pid" in _measure(tmp_path, "memory_used", "peak").reason
 
 
+def test_memory_falls_back_to_the_servers_own_resident_memory_metric(tmp_path):
+    # A remote CPU target: the sampler had no PID and no NVML, the server reports its RSS.
+    scrapes = [
+        {
+            "t": WALL0 + 0.2 * i,
+            "phase": "poll",
+            "ok": True,
+            "metrics": {"process_resident_memory_bytes": 5e8 + 1e8 * i},
+        }
+        for i in range(5)
+    ]
+    scrapes.append({"t": WALL0 + 0.3, "phase": "poll", "ok": False, "error": "timeout"})
+    write_profile(
+        tmp_path,
+        "steady",
+        request_records(100),
+        scrapes=scrapes,
+        gpu=[{"t": WALL0, "source": "none", "note": "no NVML and no pid"}],
+    )
+    memory = _measure(tmp_path, "memory_used", "peak")
+    assert isinstance(memory, Series)
+    assert memory.values.max() == 9e8 and len(memory.values) == 5
+    assert memory.totals is None  # unknown: a "% of total" gate must not pass on it
+    assert "process_resident_memory_bytes" in memory.note and "no NVML and no pid" in memory.note
+    # Utilization has no such stand-in.
+    assert isinstance(_measure(tmp_path, "gpu_utilization", "mean"), NoData)
+
+
+def test_memory_without_sampler_or_server_metric_says_both_reasons(tmp_path):
+    scrapes = [{"t": WALL0 + 0.1, "phase": "poll", "ok": True, "metrics": {"kv_usage_ratio": 0.1}}]
+    write_profile(
+        tmp_path,
+        "steady",
+        request_records(100),
+        scrapes=scrapes,
+        gpu=[{"t": WALL0, "source": "none", "note": "no NVML and no pid"}],
+    )
+    missing = _measure(tmp_path, "memory_used", "peak")
+    assert isinstance(missing, NoData)
+    assert "no NVML and no pid" in missing.reason
+    assert "process_resident_memory_bytes" in missing.reason
+
+
 def test_recovery_time_after_a_spike(tmp_path):
     n = 600  # 6 s at 10 ms spacing: baseline 0-2 s, spike 2-3 s, recovery after
     planned = 1000.0 + np.arange(n) * 0.01
