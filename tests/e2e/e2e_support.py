@@ -37,6 +37,14 @@ def batchgate_argv(*args: str) -> list[str]:
     return [sys.executable, "-m", "gate.cli", *args]
 
 
+def ctrl_c_as_default() -> None:
+    """preexec_fn: give the child Ctrl-C back. A test process started from a non-interactive
+    shell's background job (`cmd &` in a script, nohup) has SIGINT ignored, children inherit
+    that, and Python then installs no KeyboardInterrupt handler: a Ctrl-C test would see the
+    run go on to the end."""
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
+
+
 def start_run(out: Path, run_id: str, *args: str) -> subprocess.Popen[str]:
     argv = batchgate_argv(
         "run",
@@ -54,7 +62,13 @@ def start_run(out: Path, run_id: str, *args: str) -> subprocess.Popen[str]:
     env.pop("GITHUB_ACTIONS", None)
     env.pop("GITHUB_STEP_SUMMARY", None)
     return subprocess.Popen(
-        argv, cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env
+        argv,
+        cwd=REPO,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        env=env,
+        preexec_fn=ctrl_c_as_default,
     )
 
 

@@ -7,11 +7,17 @@ from __future__ import annotations
 
 import os
 import subprocess
-import time
 from pathlib import Path
 
 import pytest
-from e2e_support import REPO, assert_no_strays, batchgate_argv, read_json, verdict
+from e2e_support import (
+    REPO,
+    assert_no_strays,
+    batchgate_argv,
+    ctrl_c_as_default,
+    read_json,
+    verdict,
+)
 
 pytestmark = pytest.mark.slow
 
@@ -53,11 +59,16 @@ def test_a_sure_failure_stops_the_run_early_and_check_agrees(tmp_path: Path) -> 
         "aborted",
     )
     env = {k: v for k, v in os.environ.items() if not k.startswith("GITHUB_")}
-    started = time.monotonic()
     result = subprocess.run(
-        argv, cwd=REPO, capture_output=True, text=True, timeout=120, check=False, env=env
+        argv,
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+        timeout=240,
+        check=False,
+        env=env,
+        preexec_fn=ctrl_c_as_default,
     )
-    took = time.monotonic() - started
     run_dir = out / "aborted"
     assert result.returncode == 1, result.stdout[-3000:] + result.stderr[-3000:]
     assert "stopped early by abort_on_fail" in result.stderr
@@ -65,7 +76,6 @@ def test_a_sure_failure_stops_the_run_early_and_check_agrees(tmp_path: Path) -> 
     abort = read_json(run_dir / "steady" / "abort.json")
     assert abort["gate"] == "ttft_p50_impossible" and abort["profile"] == "steady"
     assert 3.0 <= abort["elapsed_seconds"] < PROFILE_SECONDS / 2
-    assert took < PROFILE_SECONDS  # server start and the whole second profile included
 
     verdicts = read_json(run_dir / "verdicts.json")
     stopped = verdict(verdicts, "ttft_p50_impossible@steady")
@@ -85,7 +95,11 @@ def test_a_sure_failure_stops_the_run_early_and_check_agrees(tmp_path: Path) -> 
     profile = run_dir / "steady"
     for name in ("requests.jsonl", "load.json", "scrapes.jsonl", "gpu.jsonl", "steps.jsonl"):
         assert (profile / name).stat().st_size > 0, name
-    assert read_json(profile / "load.json")["ended"] == "interrupted"
+    load = read_json(profile / "load.json")
+    assert load["ended"] == "interrupted"
+    # The load itself stopped soon after the abort, not at the schedule's end. (Not the run's
+    # wall time: server start and calibration take what the machine's speed makes them.)
+    assert load["window"]["end"] - load["window"]["start"] < PROFILE_SECONDS / 2
     for name in ("junit.xml", "summary.md", "gates.yaml"):
         assert (run_dir / name).is_file(), name
     assert_no_strays(run_dir)
