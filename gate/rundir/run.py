@@ -296,6 +296,11 @@ def load_run(path: str | Path) -> RunData:
             raise RunDirError(f"{root}: no profile directories (no load.json or requests.jsonl)")
     if manifest is None:
         notes.append("manifest.json missing: provenance unknown")
+    # What the start-of-run look found the target cannot measure (left out of the packaged
+    # default suite; a user's own such gates stay and are judged no data): said in every output.
+    unmeasurable = (manifest or {}).get("gates_not_measurable") or {}
+    if isinstance(unmeasurable, dict):
+        notes.extend(f"gate {name}: {why}" for name, why in sorted(unmeasurable.items()))
     was_enabled = gc.isenabled()
     gc.disable()  # see gate.rundir.requests: parsing builds many acyclic containers
     try:
