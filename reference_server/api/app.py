@@ -26,6 +26,7 @@ from starlette.routing import Route
 from starlette.types import Receive, Scope, Send
 
 from reference_server.api import admin
+from reference_server.api import batch as batch_api
 from reference_server.api.auth import check_api_key
 from reference_server.api.bodies import json_response, read_json_body
 from reference_server.api.embeddings import BatcherClosedError, BatcherFullError, EmbeddingBatcher
@@ -70,6 +71,7 @@ class ServerState:
     started_at: int = field(default_factory=lambda: int(time.time()))
     draining: bool = False
     num_in_flight: int = 0
+    batch_api: batch_api.BatchAPI | None = None  # opened and closed by the server's lifespan
 
     def request_done(self) -> None:
         self.num_in_flight -= 1
@@ -120,7 +122,7 @@ def build_state(
         request_timeout_seconds=config.request_timeout_seconds,
         embedding_max_inputs_per_request=config.embedding_max_inputs_per_request,
     )
-    return ServerState(
+    state = ServerState(
         engine=engine,
         config=config,
         metrics=metrics,
@@ -129,6 +131,11 @@ def build_state(
         batcher=batcher,
         version=version,
     )
+    state.batch_api = batch_api.BatchAPI(
+        config=config, engine=engine, batcher=batcher, metrics=metrics, request_limits=limits,
+        model_name=model_name, is_draining=lambda: state.draining,
+    )  # fmt: skip
+    return state
 
 
 def _log_ignored(endpoint: str, fields: tuple[str, ...]) -> None:
@@ -367,6 +374,7 @@ def build_app(state: ServerState, *, lifespan: Any = None) -> Starlette:
         Route("/version", version, methods=["GET"]),
         Route("/openapi.json", openapi, methods=["GET"]),
         *admin.routes(),
+        *batch_api.routes(),
     ]
     app = _App(
         routes=routes,

@@ -150,8 +150,13 @@ def run_server(engine_config: EngineConfig, server_config: ServerConfig) -> int:
     @contextlib.asynccontextmanager
     async def lifespan(app: Any) -> AsyncIterator[None]:
         try:
+            if state.batch_api is not None:
+                await state.batch_api.open()  # resumes unfinished batch jobs
             yield
         finally:
+            if state.batch_api is not None:
+                # After the drain: lines still running are aborted and rerun next start.
+                await state.batch_api.close()
             await state.batcher.close()
             engine.shutdown()
 

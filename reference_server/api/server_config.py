@@ -53,6 +53,15 @@ class ServerConfig:
     embedding_max_inputs_per_request: int = 128
     log_level: str = "info"
     access_log: bool = False
+    # Batch API (/v1/files, /v1/batches). Defaults: the seeds' figures (docs/server.md).
+    data_dir: str | None = None
+    batch_max_inflight: int | None = None
+    batch_max_file_lines: int = 50_000
+    batch_max_file_bytes: int = 500 * 1_048_576
+    batch_max_line_bytes: int = 1_048_576
+    batch_max_requests_per_job: int = 50_000
+    batch_max_completion_window_seconds: float = 86_400.0
+    batch_retention_seconds: float = 259_200.0
 
     def __post_init__(self) -> None:
         _check_int(self, "port", low=0, high=65535)
@@ -74,7 +83,14 @@ class ServerConfig:
         _check_positive_int(self, "embedding_max_inputs_per_request")
         if not isinstance(self.host, str) or not self.host:
             raise ServerConfigError("host", "must be a non-empty string")
-        for name in ("port_file", "api_key", "admin_token", "served_model_name"):
+        if self.batch_max_inflight is not None:
+            _check_positive_int(self, "batch_max_inflight")
+        for name in ("batch_max_file_lines", "batch_max_file_bytes", "batch_max_line_bytes",
+                     "batch_max_requests_per_job"):  # fmt: skip
+            _check_positive_int(self, name)
+        _check_positive_float(self, "batch_max_completion_window_seconds")
+        _check_positive_float(self, "batch_retention_seconds")
+        for name in ("port_file", "api_key", "admin_token", "served_model_name", "data_dir"):
             value = getattr(self, name)
             if value is not None and (not isinstance(value, str) or not value):
                 raise ServerConfigError(name, "must be a non-empty string or unset")
@@ -157,4 +173,16 @@ SERVER_FIELD_HELP: dict[str, str] = {
     "embedding_max_inputs_per_request": "most inputs in one /v1/embeddings request",
     "log_level": "log verbosity: " + ", ".join(LOG_LEVELS),
     "access_log": "log one line per HTTP request",
+    "data_dir": "directory for Batch API files and job state (SQLite + files), kept across "
+    "restarts; 'none' = a new temporary directory, announced at start",
+    "batch_max_inflight": "Batch API: most job lines in the engine (running or waiting) at once, "
+    "all jobs together ('none' = 2 x --max-num-seqs, at most --batch-max-waiting, read live)",
+    "batch_max_file_lines": "Batch API: most non-blank lines in one uploaded file",
+    "batch_max_file_bytes": "Batch API: largest uploaded file, in bytes",
+    "batch_max_line_bytes": "Batch API: longest input line, in bytes; a longer line goes to the "
+    "error file",
+    "batch_max_requests_per_job": "Batch API: most requests (input lines) in one batch job",
+    "batch_max_completion_window_seconds": "Batch API: longest completion_window a job may ask "
+    "for, in seconds",
+    "batch_retention_seconds": "Batch API: how long files and finished jobs are kept, in seconds",
 }
