@@ -79,6 +79,10 @@ class CalibrationSpec:
     # takes several times a lone one; a few of those per user make a stable rate).
     min_lone_requests: int = 12
     capacity_e2e_multiple: float = 40.0
+    # The capacity phase is measured again, longer, when it completed fewer than this many
+    # requests per user: a target whose concurrency limit is far below `capacity_users`
+    # (llama.cpp's few slots) queues most of them, and a phase sized in lone E2Es is too short.
+    capacity_requests_per_user: float = 4.0
     max_phase_seconds: float = 120.0
     prompt_tokens: dict[str, Any] = dataclasses.field(
         default_factory=lambda: {"kind": "uniform", "low": 16, "high": 64}
@@ -162,6 +166,20 @@ def _distribution(run: RunData, metric: str) -> dict[str, Any] | None:
     }
 
 
+def _completion_rate(run: RunData) -> tuple[int, float]:
+    """(successful requests, their completions per second from the first send to the last)."""
+    req = run.profiles[_PROFILE].requests
+    if req is None or req.n == 0:
+        return 0, 0.0
+    ok = req.status.mask(("ok",))
+    done = req.done_at if ok is None else req.done_at[ok]
+    done = done[~np.isnan(done)]
+    if len(done) == 0:
+        return 0, 0.0
+    span = float(np.max(done)) - float(np.nanmin(req.sent_at))
+    return len(done), (len(done) / span if span > 0 else 0.0)
+
+
 def _capacity(run: RunData, users: int) -> dict[str, Any]:
     req = run.profiles[_PROFILE].requests
     if req is None or req.n == 0:
@@ -243,9 +261,16 @@ def _kv_capacity(target: TargetClient) -> dict[str, Any]:
         return {"tokens": None, "source": "unknown"}
     found = kv_capacity(samples)
     if found["tokens"] is None:
-        n_ctx = target.llamacpp_context()
-        if n_ctx:
-            return {"tokens": n_ctx, "source": "llama.cpp /props n_ctx"}
+        context = target.llamacpp_context()
+        if context is not None:
+            # Each slot holds its own n_ctx (llama-server's default split of -c over -np). A
+            # --kv-unified server gives every slot the whole cache: this then over-counts by
+            # the number of slots, and the source string says how the figure was made.
+            n_ctx, slots = context
+            return {
+                "tokens": n_ctx * slots,
+                "source": f"llama.cpp /props: n_ctx {n_ctx} per slot x {slots} slots",
+            }
     return found
 
 
@@ -291,6 +316,12 @@ def calibrate(
         max(spec.capacity_seconds, spec.capacity_e2e_multiple * unloaded["e2e"]["p50"]),
     )
     loaded = _phase("capacity", spec.overrides(users=users, seconds=capacity_seconds), **common)
+    completed, rate = _completion_rate(loaded)
+    wanted = spec.capacity_requests_per_user * users
+    if completed < wanted and rate > 0:
+        # Long enough, at the rate just seen, for the completions a fast target gives.
+        seconds = min(spec.max_phase_seconds, 1.3 * wanted / rate)
+        loaded = _phase("capacity-long", spec.overrides(users=users, seconds=seconds), **common)
     data = {
         "schema_version": CALIBRATION_SCHEMA_VERSION,
         "identity": identity,

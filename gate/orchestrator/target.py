@@ -153,8 +153,11 @@ class TargetClient:
         except (ValueError, TypeError, IndexError) as exc:
             raise TargetError(f"{self.url}/metrics is not a Prometheus exposition: {exc}") from exc
 
-    def llamacpp_context(self) -> int | None:
-        """llama.cpp's context size in tokens from `/props`, when the target is one."""
+    def llamacpp_context(self) -> tuple[int, int] | None:
+        """llama.cpp's (context tokens per slot, slots) from `/props`, when the target is one.
+
+        `n_ctx` there is one slot's context (`-c` divided over `-np` slots unless the KV cache
+        is unified); `total_slots` is how many share the cache."""
         try:
             response = self._get("/props", self._api_headers)
             body = response.json() if response.status_code == 200 else None
@@ -166,7 +169,10 @@ class TargetClient:
         n_ctx = body.get("n_ctx")
         if n_ctx is None and isinstance(settings, dict):
             n_ctx = settings.get("n_ctx")
-        return int(n_ctx) if isinstance(n_ctx, (int, float)) and n_ctx > 0 else None
+        if not (isinstance(n_ctx, (int, float)) and n_ctx > 0):
+            return None
+        slots = body.get("total_slots")
+        return int(n_ctx), int(slots) if isinstance(slots, (int, float)) and slots > 0 else 1
 
     def scrape(self) -> tuple[str, dict[str, Any]]:
         """(server kind, glossary metrics) from one /metrics scrape; raises TargetError."""
