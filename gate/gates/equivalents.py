@@ -19,7 +19,7 @@ CLASSES = ("interactive", "batch")
 
 @dataclasses.dataclass(frozen=True, kw_only=True)
 class Equivalent:
-    server: str  # vllm | triton | tgi
+    server: str  # vllm | triton | tgi | llamacpp
     key: str  # the preset key it comes from
     setting: str | None  # the flag / config line to use; None when there is no equivalent
     exact: bool  # False: nearest knob, the note says how it differs
@@ -27,9 +27,9 @@ class Equivalent:
 
 
 def equivalent_settings(preset: Mapping[str, Any]) -> dict[str, list[Equivalent]]:
-    """The preset's keys as vLLM, Triton and TGI settings, per the table in docs/rollback.md."""
+    """The preset's keys as vLLM, Triton, TGI and llama.cpp settings (docs/rollback.md)."""
     flat = _flatten(preset)
-    out: dict[str, list[Equivalent]] = {"vllm": [], "triton": [], "tgi": []}
+    out: dict[str, list[Equivalent]] = {server: [] for server in _MAPPERS}
     for key, value in flat.items():
         for server, mapper in _MAPPERS.items():
             out[server].append(mapper(key, value))
@@ -270,7 +270,63 @@ def _tgi(key: str, value: Any) -> Equivalent:
     return _none(s, key, "no TGI equivalent")
 
 
-_MAPPERS = {"vllm": _vllm, "triton": _triton, "tgi": _tgi}
+def _llamacpp(key: str, value: Any) -> Equivalent:
+    s = "llamacpp"
+    field = key.rsplit(".", 1)[-1]
+    if key == "policy":
+        if value == "continuous":
+            return Equivalent(
+                server=s,
+                key=key,
+                setting="--cont-batching (default)",
+                exact=True,
+                note="llama-server batches its slots continuously unless told not to",
+            )
+        return Equivalent(
+            server=s,
+            key=key,
+            setting="--no-cont-batching",
+            exact=False,
+            note=f"no '{value}' policy: new requests then wait for the slots' batch to finish",
+        )
+    if key == "max_num_seqs":
+        return Equivalent(
+            server=s,
+            key=key,
+            setting=f"--parallel {value}",
+            exact=False,
+            note="slots: each also splits --ctx-size, so more slots means less context each",
+        )
+    if key == "max_num_batched_tokens":
+        return Equivalent(
+            server=s,
+            key=key,
+            setting=f"--batch-size {value}",
+            exact=False,
+            note="tokens per llama_decode call (logical batch)",
+        )
+    if key == "max_prefill_chunk_tokens":
+        return Equivalent(
+            server=s,
+            key=key,
+            setting=f"--ubatch-size {value}" if value else "(default)",
+            exact=False,
+            note="the physical batch a long prompt is processed in",
+        )
+    if key in ("num_gpu_blocks_override", "kv_cache_memory_bytes"):
+        return Equivalent(
+            server=s,
+            key=key,
+            setting="--ctx-size (KV tokens of all slots together)",
+            exact=False,
+            note="llama.cpp sizes its KV cache in tokens, not blocks or bytes",
+        )
+    if key == "shared_queue" or field in ("max_waiting", "max_batch_size", "max_wait_ms"):
+        return _none(s, key, "llama-server has no priority classes, batch window or queue limit")
+    return _none(s, key, "no llama.cpp equivalent")
+
+
+_MAPPERS = {"vllm": _vllm, "triton": _triton, "tgi": _tgi, "llamacpp": _llamacpp}
 
 
 def format_equivalents(preset_name: str, preset: Mapping[str, Any]) -> str:
@@ -280,6 +336,7 @@ def format_equivalents(preset_name: str, preset: Mapping[str, Any]) -> str:
         "vllm": "vLLM (engine flags)",
         "triton": "Triton (model config.pbtxt)",
         "tgi": "TGI (router / launcher flags)",
+        "llamacpp": "llama.cpp (llama-server flags)",
     }
     for server, items in equivalent_settings(preset).items():
         lines.append(f"  {titles[server]}:")

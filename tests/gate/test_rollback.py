@@ -220,7 +220,7 @@ def test_equivalents_cover_every_key_for_every_server():
     eq = equivalent_settings(preset)
     keys = {"policy", "max_num_seqs", "max_num_batched_tokens", "kv_cache_memory_bytes"}
     keys |= {"interactive.max_wait_ms", "interactive.max_batch_size", "interactive.max_waiting"}
-    for server in ("vllm", "triton", "tgi"):
+    for server in ("vllm", "triton", "tgi", "llamacpp"):
         assert {e.key for e in eq[server]} == keys
     by = {(e.server, e.key): e for items in eq.values() for e in items}
     assert by["vllm", "max_num_seqs"].setting == "--max-num-seqs 32"
@@ -232,7 +232,13 @@ def test_equivalents_cover_every_key_for_every_server():
     assert "priority_queue_policy { key: 1" in by["triton", "interactive.max_waiting"].setting
     assert by["tgi", "max_num_seqs"].setting == "--max-batch-size 32"
     assert by["tgi", "interactive.max_wait_ms"].setting is None
+    assert by["llamacpp", "max_num_seqs"].setting == "--parallel 32"
+    assert by["llamacpp", "max_num_batched_tokens"].setting == "--batch-size 4096"
+    assert by["llamacpp", "policy"].setting == "--no-cont-batching"  # dynamic: nearest only
+    assert by["llamacpp", "policy"].exact is False
+    assert by["llamacpp", "interactive.max_wait_ms"].setting is None  # no classes, no window
     text = format_equivalents("x", preset)
+    assert "llama.cpp (llama-server flags)" in text
     assert "no equivalent" in text and "(nearest)" in text
 
 
