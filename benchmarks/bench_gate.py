@@ -124,6 +124,7 @@ def generate(run_dir: Path, n: int, *, seed: int = 0, block: int = 50_000) -> No
                     "done_at": round(float(times[i, k - 1]) + 0.0005, 6),
                     "chunk_times": row,
                     "chunk_tokens": [1] * len(row),
+                    "chunk_tokens_source": "usage",
                     "prompt_tokens": 180,
                     "output_tokens": k if ok else None,
                     "tokens_source": "usage",

@@ -1,7 +1,8 @@
 """`python -m loadgen` / `batchgate load`: the load generator's command line.
 
 Owns argument parsing, turning flags into profile overrides and a `RunConfig`, the start-of-run
-probe of the target, and the exit code (0 run completed, even with request errors; 2 usage error;
+probes of the target (reachable, which model, whether `continuous_usage: auto` may ask for
+per-chunk usage), and the exit code (0 run completed, even with request errors; 2 usage error;
 5 target unreachable, run interrupted or crashed). Locust is imported only once a run really
 starts (it monkey-patches the standard library), so `--help` and usage errors never import it.
 """
@@ -17,8 +18,8 @@ from typing import Any
 
 from loadgen.config import RunConfig
 from loadgen.errors import ConfigError, TargetUnreachableError
-from loadgen.probe import probe_target
-from loadgen.profiles import PROFILES, SCALES, resolve
+from loadgen.probe import probe_continuous_usage, probe_target
+from loadgen.profiles import CONTINUOUS_USAGE, PROFILES, SCALES, resolve
 
 __all__ = ["build_parser", "main"]
 
@@ -63,6 +64,13 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--model", help="model name (default: first model listed by /v1/models)")
     p.add_argument("--endpoint", choices=["chat", "completions"], help="API endpoint")
     p.add_argument("--no-stream", action="store_true", help="send non-streaming requests")
+    p.add_argument(
+        "--continuous-usage",
+        choices=list(CONTINUOUS_USAGE),
+        help="ask for cumulative usage on every chunk (stream_options.continuous_usage_stats: "
+        "real per-chunk token counts, per-token ITL); auto (the default): on when the target's "
+        "/metrics shows the bundled server, vLLM or SGLang",
+    )
     p.add_argument(
         "--closed-loop", action="store_true", help="closed loop: --users with think time"
     )
@@ -119,6 +127,7 @@ def _overrides(args: argparse.Namespace) -> dict[str, Any]:
         "users": args.users,
         "think_time_seconds": args.think_time,
         "max_concurrency": args.max_concurrency,
+        "continuous_usage": args.continuous_usage,
     }
     out.update({k: v for k, v in flags.items() if v is not None})
     if args.closed_loop:
@@ -156,6 +165,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     except TargetUnreachableError as exc:
         print(f"loadgen: target unreachable: {exc}", file=sys.stderr)
         return EXIT_NO_DATA
+    if spec.params["continuous_usage"] == "auto":
+        # Resolved here, once, so every worker sends the same body and load.json's params
+        # say what was sent.
+        overrides["continuous_usage"] = _resolve_continuous_usage(args, spec.params)
     config = RunConfig(
         target_url=args.target,
         model=model or "default",
@@ -179,3 +192,10 @@ def main(argv: Sequence[str] | None = None) -> int:
         print(f"loadgen: error: {exc}", file=sys.stderr)
         return EXIT_NO_DATA
     return EXIT_OK if load.get("ended") == "completed" else EXIT_NO_DATA
+
+
+def _resolve_continuous_usage(args: argparse.Namespace, params: dict[str, Any]) -> str:
+    if not params["stream"]:
+        return "off"  # stream_options belongs to streamed requests only
+    known = probe_continuous_usage(args.target, api_key=args.api_key, timeout_seconds=10.0)
+    return "on" if known else "off"

@@ -1,10 +1,12 @@
 """The OpenAI-compatible client: sends one planned request and times every content chunk.
 
 Owns the request body for `/v1/chat/completions` and `/v1/completions` (streaming or not, with
-`stream_options.include_usage`), the interpretation of OpenAI chunks (content vs role-only,
-per-chunk or final `usage`, finish reasons, in-stream errors), and the mapping of every failure
-to a record status with a reason. It never raises for a server's misbehaviour. It does not know
-about schedules, workers or Locust.
+`stream_options.include_usage` and, when asked, vLLM's `continuous_usage_stats`), the
+interpretation of OpenAI chunks (content vs role-only, per-chunk or final `usage`, finish
+reasons, in-stream errors), each content chunk's token count and where it came from
+(`chunk_tokens_source`), and the mapping of every failure to a record status with a reason.
+It never raises for a server's misbehaviour. It does not know about schedules, workers or
+Locust.
 """
 
 from __future__ import annotations
@@ -44,6 +46,10 @@ class ClientConfig:
     api_key: str | None = None
     request_timeout_seconds: float = 60.0
     extra_body: dict[str, Any] | None = None
+    # Ask for cumulative usage on every chunk (vLLM's `continuous_usage_stats`), which gives each
+    # chunk's real token count. Only for targets known to accept it: a strict OpenAI server
+    # refuses unknown stream options (the profile's "auto" is resolved before this point).
+    continuous_usage: bool = False
 
 
 class _Failure(Exception):
@@ -74,7 +80,11 @@ class OpenAIClient:
         else:
             body["prompt"] = req.prompt_text
         if cfg.stream:
-            body["stream_options"] = {"include_usage": True}
+            body["stream_options"] = (
+                {"include_usage": True, "continuous_usage_stats": True}
+                if cfg.continuous_usage
+                else {"include_usage": True}
+            )
         body.update(cfg.extra_body or {})
         return body
 
@@ -184,7 +194,7 @@ class OpenAIClient:
     ) -> None:
         parser = SSEParser()
         done = False
-        last_completion_tokens = 0
+        counted = 0  # tokens given to content chunks so far
         for piece, at in conn.iter_body(headers, deadline):
             try:
                 events = parser.feed(piece)
@@ -205,17 +215,26 @@ class OpenAIClient:
                 if finish:
                     rec.finish_reason = finish
                 if text:
-                    tokens = 1
-                    if usage and isinstance(usage.get("completion_tokens"), int):
-                        tokens = max(usage["completion_tokens"] - last_completion_tokens, 1)
+                    reported = usage.get("completion_tokens") if usage else None
+                    if isinstance(reported, int):
+                        # Cumulative count: this chunk carries what was generated since the
+                        # tokens already given out (tokens held back without text, e.g. part of
+                        # a UTF-8 character, arrive here). Measured against what was given out,
+                        # not the last report, so the chunks add up to the report.
+                        tokens, source = max(reported - counted, 1), "usage"
+                    else:
+                        tokens, source = 1, "assumed"
+                    if not rec.chunk_tokens:
+                        rec.chunk_tokens_source = source
+                    elif rec.chunk_tokens_source != source:
+                        rec.chunk_tokens_source = "mixed"
+                    counted += tokens
                     rec.chunk_times.append(at)
                     rec.chunk_tokens.append(tokens)
                     if rec.first_token_at is None:
                         rec.first_token_at = at
                 if usage:
                     _apply_usage(rec, usage)
-                    if isinstance(usage.get("completion_tokens"), int):
-                        last_completion_tokens = usage["completion_tokens"]
         if not done:
             tail = " (truncated event)" if parser.pending() else ""
             raise _Failure("protocol_error", f"stream ended without [DONE]{tail}")
@@ -234,7 +253,13 @@ class OpenAIClient:
         if text:
             rec.first_token_at = at
             rec.chunk_times.append(at)
-            rec.chunk_tokens.append(rec.output_tokens or len(text.encode()))
+            # One chunk: the whole answer. Without usage its length in bytes stands in (one
+            # token per byte, the bundled server's byte tokenizer) and is marked as assumed.
+            if rec.output_tokens:
+                rec.chunk_tokens.append(rec.output_tokens)
+                rec.chunk_tokens_source = "usage"
+            else:
+                rec.chunk_tokens.append(len(text.encode()))
 
 
 def _parse_chunk(data: str, what: str = "SSE data") -> dict[str, Any]:

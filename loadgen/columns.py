@@ -26,7 +26,7 @@ __all__ = [
 ]
 
 COLUMNS_FORMAT = "batchgate.request_columns"
-COLUMNS_VERSION = 1
+COLUMNS_VERSION = 2  # 2 added `chunk_tokens_source`
 FLOAT_FIELDS = (
     "planned_at",
     "sent_at",
@@ -36,7 +36,14 @@ FLOAT_FIELDS = (
     "output_tokens",
     "http_status",
 )
-CATEGORICAL_FIELDS = ("status", "stage", "priority", "length_class", "endpoint")
+CATEGORICAL_FIELDS = (
+    "status",
+    "stage",
+    "priority",
+    "length_class",
+    "endpoint",
+    "chunk_tokens_source",
+)
 _DTYPES = {
     **{name: "<f8" for name in FLOAT_FIELDS},
     **{name: "<i2" for name in CATEGORICAL_FIELDS},

@@ -1,8 +1,9 @@
 """`load.json`: the per-profile summary of what the load generator offered and achieved.
 
 Owns assembling the docs/records.md `load.json` object from the resolved profile, the worker
-summaries and the record counts, including the measurement-validity verdict (schedule lag p99 and
-client CPU against their limits). It does not read requests.jsonl and does not write files.
+summaries and the record counts (by status, and by where chunk token counts came from),
+including the measurement-validity verdict (schedule lag p99 and client CPU against their
+limits). It does not read requests.jsonl and does not write files.
 """
 
 from __future__ import annotations
@@ -21,6 +22,7 @@ def build_load_json(
     workers: int,
     summaries: list[dict[str, Any]],
     counts_by_status: dict[str, int],
+    chunk_tokens_sources: dict[str, int] | None = None,
     t0: float,
     wall_at_t0: float,
     ended_at: float,
@@ -83,6 +85,9 @@ def build_load_json(
         "planned_requests": sum(s["planned"] for s in summaries),
         "sent_requests": sent,
         "counts_by_status": dict(sorted(counts_by_status.items())),
+        # Records with content chunks, by `chunk_tokens_source`: how many have real per-chunk
+        # token counts (`usage`) and how many a per-chunk ITL (`assumed`, `mixed`).
+        "chunk_tokens_sources": dict(sorted((chunk_tokens_sources or {}).items())),
         "schedule_lag_seconds": lag,
         "client_cpu_ratio": {"mean": cpu_mean, "max": cpu_max},
         "concurrency_cap": int(p["max_concurrency"]),

@@ -1,8 +1,13 @@
-"""Target probe: is the server there, and which model does it serve?
+"""Target probes: is the server there, which model does it serve, may it be asked for per-chunk
+usage?
 
 Owns the start-of-run check (`GET /v1/models`) that turns an unreachable target into a clear
-error (exit code 5) before any load starts. It does not retry for long and does not know about
-profiles.
+error (exit code 5) before any load starts, and the look at `GET /metrics` that resolves the
+profile parameter `continuous_usage: auto`: only servers known to honour vLLM's
+`stream_options.continuous_usage_stats` (the bundled server, vLLM, SGLang; recognised by their
+metric names) are sent it, because a strict OpenAI server refuses an unknown stream option.
+Neither probe sends a generation request, so the target sees exactly the planned requests. It
+does not retry for long and does not know about profiles.
 """
 
 from __future__ import annotations
@@ -11,20 +16,19 @@ import json
 import time
 
 from loadgen.errors import TargetUnreachableError
-from loadgen.httpconn import HttpConnection, ProtocolError, parse_target
+from loadgen.httpconn import HttpConnection, ProtocolError, Target, parse_target
 
-__all__ = ["probe_target"]
+__all__ = ["CONTINUOUS_USAGE_PREFIXES", "probe_continuous_usage", "probe_target"]
+
+# Metric name prefixes of the servers that put cumulative usage on every chunk when asked:
+# the bundled server, vLLM, SGLang.
+CONTINUOUS_USAGE_PREFIXES = ("batchgate_", "vllm:", "sglang:")
 
 
-def probe_target(url: str, *, api_key: str | None, timeout_seconds: float) -> str | None:
-    """The first model id the target lists, or None when it does not list any."""
-    try:
-        target = parse_target(url)
-    except ValueError as exc:
-        raise TargetUnreachableError(str(exc)) from exc
-    base = target.base_path
-    path = f"{base}/models" if base.endswith("/v1") else f"{base}/v1/models"
-    headers = {"Host": target.host_header, "Accept": "application/json"}
+def _get(
+    target: Target, url: str, path: str, *, api_key: str | None, timeout_seconds: float
+) -> tuple[int, bytes]:
+    headers = {"Host": target.host_header, "Accept": "application/json, text/plain"}
     if api_key:
         headers["Authorization"] = f"Bearer {api_key}"
     deadline = time.monotonic() + timeout_seconds
@@ -40,6 +44,22 @@ def probe_target(url: str, *, api_key: str | None, timeout_seconds: float) -> st
         raise TargetUnreachableError(f"{url} did not answer GET {path}: {exc}") from exc
     finally:
         conn.close()
+    return status, body
+
+
+def _target(url: str) -> Target:
+    try:
+        return parse_target(url)
+    except ValueError as exc:
+        raise TargetUnreachableError(str(exc)) from exc
+
+
+def probe_target(url: str, *, api_key: str | None, timeout_seconds: float) -> str | None:
+    """The first model id the target lists, or None when it does not list any."""
+    target = _target(url)
+    base = target.base_path
+    path = f"{base}/models" if base.endswith("/v1") else f"{base}/v1/models"
+    status, body = _get(target, url, path, api_key=api_key, timeout_seconds=timeout_seconds)
     if status != 200:
         return None  # reachable; it just does not list models
     try:
@@ -47,3 +67,23 @@ def probe_target(url: str, *, api_key: str | None, timeout_seconds: float) -> st
         return str(data[0]["id"]) if data else None
     except (ValueError, KeyError, IndexError, TypeError):
         return None
+
+
+def probe_continuous_usage(url: str, *, api_key: str | None, timeout_seconds: float) -> bool:
+    """Whether the target's `/metrics` names it as a server that honours continuous usage
+    stats; False when it has no `/metrics`, or does not answer (sending the option is the
+    risk, not leaving it out)."""
+    try:
+        target = _target(url)
+        base = target.base_path.removesuffix("/v1")  # /metrics sits beside /v1, not under it
+        status, body = _get(
+            target, url, f"{base}/metrics", api_key=api_key, timeout_seconds=timeout_seconds
+        )
+    except TargetUnreachableError:
+        return False
+    if status != 200:
+        return False
+    for line in body.decode("utf-8", "replace").splitlines():
+        if line.startswith(CONTINUOUS_USAGE_PREFIXES):
+            return True
+    return False

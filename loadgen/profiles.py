@@ -21,10 +21,19 @@ from loadgen.lengths import LengthDist
 from loadgen.overrides import apply_override
 from loadgen.shapes import RateSchedule, RateStage
 
-__all__ = ["PROFILES", "SCALES", "ProfileSpec", "TrafficClass", "params_hash", "resolve"]
+__all__ = [
+    "CONTINUOUS_USAGE",
+    "PROFILES",
+    "SCALES",
+    "ProfileSpec",
+    "TrafficClass",
+    "params_hash",
+    "resolve",
+]
 
 # Durations are multiplied by these when no explicit duration is given.
 SCALES = {"smoke": 0.05, "quick": 0.25, "full": 1.0}
+CONTINUOUS_USAGE = ("auto", "on", "off")
 
 COMMON_DEFAULTS: dict[str, Any] = {
     "seed": 0,
@@ -35,6 +44,9 @@ COMMON_DEFAULTS: dict[str, Any] = {
     "warmup_seconds": 0.0,
     "endpoint": "chat",
     "stream": True,
+    # Per-chunk token counts from the target (stream_options.continuous_usage_stats): "on",
+    # "off", or "auto" (the loadgen command probes the target once; plain Locust sends "off").
+    "continuous_usage": "auto",
     "max_concurrency": 256,
     "request_timeout_seconds": 60.0,
     "max_schedule_lag_p99_seconds": 0.05,
@@ -296,6 +308,11 @@ def params_hash(params: dict[str, Any]) -> str:
 def _validate_common(p: dict[str, Any]) -> None:
     if p["endpoint"] not in ("chat", "completions"):
         raise ConfigError(f"endpoint must be 'chat' or 'completions', got {p['endpoint']!r}")
+    if p["continuous_usage"] not in CONTINUOUS_USAGE:
+        raise ConfigError(
+            f"continuous_usage must be one of {', '.join(CONTINUOUS_USAGE)}, "
+            f"got {p['continuous_usage']!r}"
+        )
     if p["mode"] not in ("open", "closed"):
         raise ConfigError(f"mode must be 'open' or 'closed', got {p['mode']!r}")
     for key in ("max_concurrency", "users"):
@@ -323,6 +340,8 @@ def resolve(name: str, overrides: dict[str, Any] | None = None, scale: str = "fu
     if not isinstance(overrides or {}, dict):
         raise ConfigError(f"profile overrides must be a mapping, got {overrides!r}")
     for key, value in (overrides or {}).items():
+        if key == "continuous_usage" and isinstance(value, bool):
+            value = "on" if value else "off"  # YAML 1.1 (gates.yaml) reads a bare on/off so
         apply_override(params, str(key), copy.deepcopy(value))
     _validate_common(params)
     if params["duration_seconds"] is None:

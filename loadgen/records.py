@@ -21,6 +21,7 @@ import orjson
 from loadgen.columns import ColumnMirror, columns_dir
 
 __all__ = [
+    "CHUNK_TOKENS_SOURCES",
     "STATUSES",
     "RecordWriter",
     "RequestRecord",
@@ -29,6 +30,9 @@ __all__ = [
 ]
 
 STATUSES = ("ok", "http_error", "timeout", "connection_error", "protocol_error", "cancelled")
+# Where a record's `chunk_tokens` come from: the target's cumulative usage on every content chunk,
+# on some of them, or on none (then each chunk counts as one token and ITL is per chunk).
+CHUNK_TOKENS_SOURCES = ("usage", "mixed", "assumed")
 
 
 @dataclass(kw_only=True)
@@ -47,6 +51,7 @@ class RequestRecord:
     done_at: float | None = None
     chunk_times: list[float] = field(default_factory=list)
     chunk_tokens: list[int] = field(default_factory=list)
+    chunk_tokens_source: str = "assumed"
     prompt_tokens: int | None = None
     output_tokens: int | None = None
     tokens_source: str = "counted"
@@ -73,6 +78,7 @@ class RequestRecord:
             "done_at": self.done_at,
             "chunk_times": [round(t, 6) for t in self.chunk_times],
             "chunk_tokens": list(self.chunk_tokens),
+            "chunk_tokens_source": self.chunk_tokens_source,
             "prompt_tokens": self.prompt_tokens,
             "output_tokens": self.output_tokens,
             "tokens_source": self.tokens_source,
@@ -156,6 +162,7 @@ _RECORD_TYPES: dict[str, tuple[str, bool]] = {
     "done_at": ("num", True),
     "chunk_times": ("list_num", False),
     "chunk_tokens": ("list_int", False),
+    "chunk_tokens_source": ("str", False),
     "prompt_tokens": ("int", True),
     "output_tokens": ("int", True),
     "tokens_source": ("str", False),
@@ -199,6 +206,10 @@ def validate_record(obj: Any) -> list[str]:
         problems.append(f"endpoint {obj['endpoint']!r} not chat|completions")
     if obj["tokens_source"] not in ("usage", "counted"):
         problems.append(f"tokens_source {obj['tokens_source']!r} not usage|counted")
+    if obj["chunk_tokens_source"] not in CHUNK_TOKENS_SOURCES:
+        problems.append(
+            f"chunk_tokens_source {obj['chunk_tokens_source']!r} not one of {CHUNK_TOKENS_SOURCES}"
+        )
     if len(obj["chunk_times"]) != len(obj["chunk_tokens"]):
         problems.append("chunk_times and chunk_tokens differ in length")
     if obj["status"] == "ok":
@@ -243,6 +254,7 @@ _LOAD_KEYS = {
     "planned_requests",
     "sent_requests",
     "counts_by_status",
+    "chunk_tokens_sources",
     "schedule_lag_seconds",
     "client_cpu_ratio",
     "concurrency_cap",
@@ -283,6 +295,11 @@ def validate_load_json(obj: Any) -> list[str]:
     for status in obj["counts_by_status"]:
         if status not in STATUSES:
             problems.append(f"counts_by_status has unknown status {status!r}")
+    sources = obj["chunk_tokens_sources"]
+    if not isinstance(sources, dict) or any(
+        k not in CHUNK_TOKENS_SOURCES or not _is_int(v) or v < 0 for k, v in sources.items()
+    ):
+        problems.append(f"chunk_tokens_sources needs counts under {CHUNK_TOKENS_SOURCES}")
     if not isinstance(obj["measurement_valid"], bool):
         problems.append("measurement_valid must be a bool")
     if obj["measurement_valid"] and obj["invalid_reasons"]:

@@ -57,6 +57,8 @@ class LoadSession:
                 api_key=config.api_key,
                 request_timeout_seconds=float(p["request_timeout_seconds"]),
                 extra_body=dict(p["extra_body"]),
+                # "auto" left unresolved (plain Locust) is "off": safe on any target.
+                continuous_usage=p["continuous_usage"] == "on",
             ),
         )
         self.cap = gevent.lock.BoundedSemaphore(int(p["max_concurrency"]))

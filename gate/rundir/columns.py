@@ -2,13 +2,13 @@
 `requests.columns/`) into request columns, instead of parsing the JSONL.
 
 Owns the reader's side of that contract: the mirror is used only when its stamp names the
-format and version this module reads and the JSONL's current byte size, every array has the
-documented dtype and the stamp's record count as length, and the JSONL's first and last lines
-agree with the first and last rows (counting the lines would cost a full read); otherwise
+format and a version this module reads (2; or 1, from before `chunk_tokens_source`, whose records
+read as `assumed`) and the JSONL's current byte size, every array has the documented dtype and
+the stamp's record count as length, and the JSONL's first and last lines agree with the first
+and last rows (counting the lines would cost a full read); otherwise
 `read_mirror` returns None and the caller parses the JSONL (the source of truth). Per-token ITL
-gaps are computed block by block through `gate.rundir.gaps.itl_gaps`, as for the JSONL. It does not
-parse JSONL
-(`gate.rundir.requests`) and never imports the writer (`loadgen`).
+gaps are computed block by block through `gate.rundir.gaps.itl_gaps`, as for the JSONL. It does
+not parse JSONL (`gate.rundir.requests`) and never imports the writer (`loadgen`).
 """
 
 from __future__ import annotations
@@ -32,7 +32,9 @@ __all__ = [
 ]
 
 MIRROR_FORMAT = "batchgate.request_columns"
-MIRROR_VERSION = 1
+MIRROR_VERSION = 2
+# Version 1 mirrors (older runs) lack `chunk_tokens_source`: their records read as "assumed".
+_READABLE_VERSIONS = (1, 2)
 # The request record's numeric and categorical fields (docs/records.md): one list for both readers.
 FLOAT_FIELDS = (
     "planned_at",
@@ -43,7 +45,15 @@ FLOAT_FIELDS = (
     "output_tokens",
     "http_status",
 )
-CATEGORICAL_FIELDS = ("status", "stage", "priority", "length_class", "endpoint")
+CATEGORICAL_FIELDS = (
+    "status",
+    "stage",
+    "priority",
+    "length_class",
+    "endpoint",
+    "chunk_tokens_source",
+)
+_ADDED_IN_2 = ("chunk_tokens_source",)
 _DTYPES = {
     **{name: "<f8" for name in FLOAT_FIELDS},
     **{name: "<i2" for name in CATEGORICAL_FIELDS},
@@ -91,16 +101,24 @@ def read_mirror(jsonl_path: Path) -> dict[str, Any] | None:
     directory = mirror_dir(jsonl_path)
     try:
         stamp = orjson.loads((directory / "stamp.json").read_bytes())
-        if not isinstance(stamp, dict) or (stamp.get("format"), stamp.get("version")) != (
-            MIRROR_FORMAT,
-            MIRROR_VERSION,
-        ):
+        if not isinstance(stamp, dict) or stamp.get("format") != MIRROR_FORMAT:
+            return None
+        version = stamp.get("version")
+        if version not in _READABLE_VERSIONS:
             return None
         n = stamp["records"]
         if stamp["jsonl_bytes"] != jsonl_path.stat().st_size:
             return None
-        arrays = {name: np.load(directory / f"{name}.npy", mmap_mode="r") for name in _DTYPES}
-        names = {name: tuple(str(v) for v in stamp["names"][name]) for name in CATEGORICAL_FIELDS}
+        present = [k for k in _DTYPES if version >= 2 or k not in _ADDED_IN_2]
+        arrays = {name: np.load(directory / f"{name}.npy", mmap_mode="r") for name in present}
+        names = {
+            name: tuple(str(v) for v in stamp["names"][name])
+            for name in CATEGORICAL_FIELDS
+            if name in arrays
+        }
+        for name in CATEGORICAL_FIELDS:
+            if name not in arrays:  # a version 1 mirror: one code, "assumed", for every record
+                arrays[name], names[name] = np.zeros(n, dtype=_DTYPES[name]), ("assumed",)
     except (OSError, ValueError, KeyError, TypeError, orjson.JSONDecodeError):
         return None
     for name, array in arrays.items():

@@ -29,8 +29,10 @@ __all__ = ["Categorical", "RecordsError", "RequestColumns", "read_requests"]
 
 _BLOCK_BYTES = 16 * 1024 * 1024
 _FLOAT_FIELDS = FLOAT_FIELDS
-# `endpoint` is optional in a JSONL record (older records lack it): read apart from the others.
-_CATEGORICAL_FIELDS = tuple(f for f in CATEGORICAL_FIELDS if f != "endpoint")
+# Optional in a JSONL record (older records lack them), read apart from the others, with the
+# value an older record meant: `endpoint` chat; `chunk_tokens_source` assumed (one token a chunk).
+_OPTIONAL_FIELDS = {"endpoint": "chat", "chunk_tokens_source": "assumed"}
+_CATEGORICAL_FIELDS = tuple(f for f in CATEGORICAL_FIELDS if f not in _OPTIONAL_FIELDS)
 _get_floats = itemgetter(*_FLOAT_FIELDS)
 _get_categoricals = itemgetter(*_CATEGORICAL_FIELDS)
 _get_chunk_times = itemgetter("chunk_times")
@@ -80,6 +82,7 @@ class RequestColumns:
     priority: Categorical
     length_class: Categorical
     endpoint: Categorical
+    chunk_tokens_source: Categorical  # usage | mixed | assumed (docs/records.md)
     itl_seconds: np.ndarray  # per-token gaps, request after request
     itl_counts: np.ndarray  # number of entries of itl_seconds per request (int64)
     partial_last_line: bool = False
@@ -123,7 +126,7 @@ def read_requests(path: str | Path, *, max_records: int | None = None) -> Reques
     path = Path(path)
     mirrored = None if max_records is not None else read_mirror(path)
     if mirrored is not None:
-        for name in (*_CATEGORICAL_FIELDS, "endpoint"):
+        for name in CATEGORICAL_FIELDS:
             codes, names = mirrored[name]
             mirrored[name] = Categorical(codes=codes, names=names)
         return RequestColumns(path=str(path), **mirrored)
@@ -142,7 +145,7 @@ def _read(path: Path, max_records: int | None = None) -> RequestColumns:
     floats: list[np.ndarray] = []
     itl_parts: list[np.ndarray] = []
     count_parts: list[np.ndarray] = []
-    categoricals = {name: _Codes() for name in (*_CATEGORICAL_FIELDS, "endpoint")}
+    categoricals = {name: _Codes() for name in CATEGORICAL_FIELDS}
     partial = False
     first_line = 1
     try:
@@ -172,7 +175,8 @@ def _read(path: Path, max_records: int | None = None) -> RequestColumns:
                 cats = list(zip(*map(_get_categoricals, objects), strict=True))
                 for name, values in zip(_CATEGORICAL_FIELDS, cats, strict=True):
                     categoricals[name].add(values)
-                categoricals["endpoint"].add([o.get("endpoint", "chat") for o in objects])
+                for name, default in _OPTIONAL_FIELDS.items():
+                    categoricals[name].add([o.get(name, default) for o in objects])
                 chunk_times = list(map(_get_chunk_times, objects))
                 chunk_tokens = list(map(_get_chunk_tokens, objects))
             except (KeyError, TypeError, ValueError) as exc:

@@ -26,7 +26,9 @@ from gate.verdicts.context import BaselineLike, JudgeContext, make_verdict, meas
 from gate.verdicts.model import Status, Verdict
 from gate.verdicts.relative import resolve_relative
 
-__all__ = ["verdicts_for"]
+__all__ = ["ITL_PER_CHUNK_NOTE", "verdicts_for"]
+
+ITL_PER_CHUNK_NOTE = "ITL per chunk (the target did not report per-chunk token counts)"
 
 
 def _judge_abort(ctx: JudgeContext, gate: Gate, profile: ProfileData) -> Verdict | None:
@@ -289,5 +291,24 @@ def verdicts_for(
                 for name in names
             )
             continue
-        verdicts.extend(_judge(ctx, resolved, name) for name in names)
+        verdicts.extend(_itl_basis(run, resolved, _judge(ctx, resolved, name)) for name in names)
     return verdicts
+
+
+def _itl_basis(run: RunData, gate: Gate, verdict: Verdict) -> Verdict:
+    """An ITL verdict says so when some of its gaps are per chunk, not per token: records
+    whose chunks were counted as one token each (`chunk_tokens_source` assumed or mixed)."""
+    if gate.metric != "itl":
+        return verdict
+    reference = gate.relative_to.profile if gate.relative_to is not None else None
+    names = {verdict.profile, *(reference or ())}
+    for name in names:
+        profile = run.profiles.get(name) if name is not None else None
+        req = None if profile is None else profile.requests
+        if req is None:
+            continue
+        source = req.chunk_tokens_source
+        per_chunk = source.equals("assumed") | source.equals("mixed")
+        if bool((per_chunk & (req.itl_counts > 0)).any()):
+            return dataclasses.replace(verdict, notes=(*verdict.notes, ITL_PER_CHUNK_NOTE))
+    return verdict

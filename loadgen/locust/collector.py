@@ -1,12 +1,13 @@
 """The master (or local runner) side of a load run: every record once, then load.json.
 
 Owns `Collector`: it writes requests.jsonl as records arrive (each id exactly once), counts them
-by status and by slot (one slot per user: `loadgen.locust.install`), keeps the TTFTs the progress
-display shows, knows the run is done when every slot's summary has arrived together with as many
-records as that summary states, and writes load.json (atomically, once). It also holds why a
-test was refused at its start. It does not receive Locust messages itself (`install` registers
-them), send requests, or decide whether the run passed. Importing it imports locust (which
-monkey-patches the standard library): only the load process may import it.
+by status, by where their chunk token counts came from, and by slot (one slot per user:
+`loadgen.locust.install`), keeps the TTFTs the progress display shows, knows the run is done
+when every slot's summary has arrived together with as many records as that summary states,
+and writes load.json (atomically, once). It also holds why a test was refused at its start. It
+does not receive Locust messages itself (`install` registers them), send requests, or decide
+whether the run passed. Importing it imports locust (which monkey-patches the standard
+library): only the load process may import it.
 """
 
 from __future__ import annotations
@@ -41,6 +42,7 @@ class Collector:
         (out / "load.json").unlink(missing_ok=True)  # a stale one would pass for this run's
         self.writer = RecordWriter(out / "requests.jsonl")
         self.counts_by_status: dict[str, int] = {}
+        self.chunk_tokens_sources: dict[str, int] = {}
         self.received: dict[int, int] = {}
         self.summaries: dict[int, dict[str, Any]] = {}
         self.done = gevent.event.Event()
@@ -63,6 +65,9 @@ class Collector:
         if self.writer.write(rec):
             self.counts_by_status[rec["status"]] = self.counts_by_status.get(rec["status"], 0) + 1
             self.received[rec["worker"]] = self.received.get(rec["worker"], 0) + 1
+            if rec["chunk_times"]:  # a record without content has no counts to source
+                source = rec["chunk_tokens_source"]
+                self.chunk_tokens_sources[source] = self.chunk_tokens_sources.get(source, 0) + 1
             if rec["first_token_at"] is not None and rec["sent_at"] is not None:
                 self.ttfts.append(rec["first_token_at"] - rec["sent_at"])
             if self.summaries:
@@ -94,6 +99,7 @@ class Collector:
             workers=self.worker_count,
             summaries=list(self.summaries.values()),
             counts_by_status=self.counts_by_status,
+            chunk_tokens_sources=self.chunk_tokens_sources,
             t0=self.t0,
             wall_at_t0=self.wall_at_t0,
             ended_at=time.monotonic(),

@@ -60,6 +60,23 @@ def test_smoke_run_writes_every_artifact(smoke_run: Finished) -> None:
     assert len(drains) == 1
 
 
+def test_smoke_run_records_real_per_chunk_token_counts(smoke_run: Finished) -> None:
+    # continuous_usage: auto asks the bundled server for per-chunk usage: ITL is per token.
+    import json
+
+    for profile in PROFILES:
+        load = read_json(smoke_run.run_dir / profile / "load.json")
+        assert load["params"]["continuous_usage"] == "on", profile
+        assert set(load["chunk_tokens_sources"]) == {"usage"}, profile
+        lines = (smoke_run.run_dir / profile / "requests.jsonl").read_text().splitlines()
+        for record in map(json.loads, lines):
+            if record["chunk_times"]:
+                assert record["chunk_tokens_source"] == "usage", record["id"]
+    verdicts = read_json(smoke_run.run_dir / "verdicts.json")["verdicts"]
+    itl_notes = [n for v in verdicts if v["metric"] == "itl" for n in v["notes"]]
+    assert not any(n.startswith("ITL per chunk") for n in itl_notes)
+
+
 def test_smoke_run_writes_the_html_report(smoke_run: Finished) -> None:
     report = smoke_run.run_dir / "report.html"
     assert report.is_file(), f"no report.html\n{smoke_run.stdout}\n{smoke_run.stderr}"

@@ -22,13 +22,16 @@ def _summary(lags: list[float], cpu_max: float = 0.2, sent: int | None = None) -
     }
 
 
-def _load(summaries: list[dict], workers: int = 1, **overrides: object) -> dict:
+def _load(
+    summaries: list[dict], workers: int = 1, sources: dict | None = None, **overrides: object
+) -> dict:
     spec = resolve("burst", {"duration_seconds": 10, **overrides}, "full")
     return build_load_json(
         spec=spec,
         workers=workers,
         summaries=summaries,
         counts_by_status={"ok": 90, "timeout": 10},
+        chunk_tokens_sources=sources,
         t0=100.0,
         wall_at_t0=1_700_000_000.0,
         ended_at=112.0,
@@ -44,6 +47,14 @@ def test_valid_run_reports_rates_stages_and_lag_percentiles() -> None:
     assert [s["name"] for s in load["stages"]] == ["baseline", "spike", "recovery"]
     assert load["stages"][0]["start"] == 100.0 and load["stages"][-1]["end"] == 110.0
     assert load["schedule_lag_seconds"]["max"] == 0.002
+
+
+def test_load_json_counts_records_by_where_their_chunk_tokens_came_from() -> None:
+    load = _load([_summary([0.001] * 100)], sources={"usage": 88, "assumed": 2})
+    assert load["chunk_tokens_sources"] == {"assumed": 2, "usage": 88}
+    assert validate_load_json(load) == []
+    load["chunk_tokens_sources"] = {"guessed": 1}
+    assert any("chunk_tokens_sources" in p for p in validate_load_json(load))
 
 
 def test_lag_or_cpu_over_the_limit_invalidates_the_measurement() -> None:

@@ -82,6 +82,9 @@ def test_open_loop_run_writes_valid_records_with_exact_ttft_and_itl(fake_server,
     assert load["measurement_valid"] and load["ended"] == "completed"
     assert load["schedule_lag_seconds"]["p99"] < load["limits"]["max_schedule_lag_p99_seconds"]
     assert server.stats()["requests_total"] == len(records)
+    # `continuous_usage: auto` on a server without /metrics: not asked, one token a chunk
+    assert load["params"]["continuous_usage"] == "off"
+    assert load["chunk_tokens_sources"] == {"assumed": len(records)}
     ttft = statistics.median(r["first_token_at"] - r["sent_at"] for r in records)
     itl = statistics.median(itl_gaps(records))
     assert abs(ttft - 0.025) < 0.002, ttft

@@ -94,13 +94,26 @@ def test_tokens_are_counted_without_usage_and_taken_from_per_chunk_usage(
         3,
         [1, 1, 1],
     )
+    assert rec["chunk_tokens_source"] == "assumed"
     server.control(usage=True, per_chunk_usage=True)
-    rec = _send(client_for(server), max_tokens=7)
+    rec = _send(client_for(server, continuous_usage=True), max_tokens=7)
     assert (rec["tokens_source"], rec["output_tokens"], rec["chunk_tokens"]) == (
         "usage",
         7,
         [3, 3, 1],
     )
+    assert rec["chunk_tokens_source"] == "usage"
+
+
+def test_itl_of_multi_token_chunks_is_per_token(fake_server, client_for) -> None:
+    # 3 tokens a chunk, 10 ms a token: chunks 30 ms apart, each giving 3 gaps of ~10 ms.
+    server = fake_server("--ttft-ms", "1", "--itl-ms", "10", "--chunk-tokens", "3")
+    server.control(per_chunk_usage=True)
+    rec = _send(client_for(server, continuous_usage=True), max_tokens=9)
+    assert rec["chunk_tokens"] == [3, 3, 3] and rec["chunk_tokens_source"] == "usage"
+    gaps = itl_gaps([rec])
+    assert len(gaps) == 6  # the first chunk's tokens are TTFT's, not gaps
+    assert abs(statistics.median(gaps) - 0.010) < 0.003
 
 
 def test_completions_and_non_streaming_requests(fake_server, client_for) -> None:
@@ -110,7 +123,11 @@ def test_completions_and_non_streaming_requests(fake_server, client_for) -> None
     rec = _send(client_for(server, stream=False), max_tokens=5)
     assert rec["status"] == "ok" and rec["output_tokens"] == 5
     assert rec["first_token_at"] == rec["done_at"]
-    assert server.stats()["by_path"] == {"/v1/completions": 1, "/v1/chat/completions": 1}
+    assert (rec["chunk_tokens"], rec["chunk_tokens_source"]) == ([5], "usage")
+    server.control(usage=False)  # the whole answer's bytes stand in for its tokens
+    rec = _send(client_for(server, stream=False), max_tokens=5)
+    assert (rec["chunk_tokens"], rec["chunk_tokens_source"]) == ([5], "assumed")
+    assert server.stats()["by_path"] == {"/v1/completions": 1, "/v1/chat/completions": 2}
 
 
 @pytest.mark.parametrize(

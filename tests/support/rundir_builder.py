@@ -74,6 +74,7 @@ def request_records(
                 "done_at": times[-1] + 0.001,
                 "chunk_times": times if st == "ok" else [],
                 "chunk_tokens": [1] * chunks if st == "ok" else [],
+                "chunk_tokens_source": "usage",
                 "prompt_tokens": 100,
                 "output_tokens": chunks if st == "ok" else None,
                 "tokens_source": "usage",
@@ -136,6 +137,9 @@ def load_json(
         "planned_requests": len(records),
         "sent_requests": len(records),
         "counts_by_status": dict(Counter(r["status"] for r in records)),
+        "chunk_tokens_sources": dict(
+            Counter(r.get("chunk_tokens_source", "assumed") for r in records if r["chunk_times"])
+        ),
         "schedule_lag_seconds": {"p50": 0.0005, "p90": 0.0008, "p99": 0.001, "max": 0.002},
         "client_cpu_ratio": {"mean": 0.1, "max": 0.2},
         "concurrency_cap": 256,
@@ -273,7 +277,7 @@ def _seeded_requests(
                 "first_token_at": None if failed else first,
                 "done_at": sent_at + 0.01 if failed else times[-1] + 0.001,
                 "chunk_times": [] if failed else times,
-                "chunk_tokens": [] if failed else [1] * tokens,
+                "chunk_tokens": [] if failed else [1] * tokens, "chunk_tokens_source": "usage",
                 "prompt_tokens": 64, "output_tokens": None if failed else tokens,
                 "tokens_source": "usage", "status": "http_error" if failed else "ok",
                 "http_status": 503 if failed else 200,

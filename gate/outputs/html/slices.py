@@ -27,7 +27,14 @@ _REQUEST_ARRAYS = (
     "output_tokens",
     "http_status",
 )
-_REQUEST_CATEGORICALS = ("status", "stage", "priority", "length_class", "endpoint")
+_REQUEST_CATEGORICALS = (
+    "status",
+    "stage",
+    "priority",
+    "length_class",
+    "endpoint",
+    "chunk_tokens_source",
+)
 _STEP_ARRAYS = (
     "t",
     "duration_seconds",

@@ -32,6 +32,17 @@ def test_itl_is_per_token_and_excludes_the_first_chunk(tmp_path):
     assert columns.itl_seconds == pytest.approx([0.1, 0.1, 0.1, 0.1, 0.05, 0.05])
 
 
+def test_a_first_chunk_of_several_tokens_adds_no_gap_and_later_ones_split_theirs(tmp_path):
+    # docs/records.md: gaps between consecutive content chunks; the first chunk's tokens are
+    # covered by TTFT. Chunk k tokens after Δt -> k gaps of Δt/k: 0.3/3 x3, 0.1/1, 0.3/2 x2.
+    record = request_records(1)[0]
+    record.update(chunk_times=[10.0, 10.3, 10.4, 10.7], chunk_tokens=[2, 3, 1, 2], output_tokens=8)
+    write_jsonl(tmp_path / "r.jsonl", [record])
+    columns = read_requests(tmp_path / "r.jsonl")
+    assert list(columns.itl_counts) == [6]  # output_tokens - the first chunk's 2
+    assert columns.itl_seconds == pytest.approx([0.1, 0.1, 0.1, 0.1, 0.15, 0.15], abs=1e-6)
+
+
 def test_a_partial_last_line_is_skipped_and_reported(tmp_path):
     write_jsonl(tmp_path / "r.jsonl", request_records(3), partial_tail=True)
     columns = read_requests(tmp_path / "r.jsonl")

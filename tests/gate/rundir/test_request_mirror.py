@@ -23,10 +23,11 @@ FLOATS = (
     "output_tokens",
     "http_status",
 )
-CATEGORICALS = ("status", "stage", "priority", "length_class", "endpoint")
+CATEGORICALS = ("status", "stage", "priority", "length_class", "endpoint", "chunk_tokens_source")
+SOURCES = ("usage", "assumed", "mixed")
 
 
-def _records() -> list[dict]:
+def _records(*, with_source: bool = True) -> list[dict]:
     records = []
     for i in range(40):
         failed = i % 7 == 3
@@ -59,10 +60,15 @@ def _records() -> list[dict]:
                 "worker": 0,
             }
         )
+        if with_source:
+            records[-1]["chunk_tokens_source"] = SOURCES[i % 3]
     return records
 
 
-def _write_run(directory: Path, records: list[dict]) -> Path:
+def _write_run(directory: Path, records: list[dict], *, version: int = 2) -> Path:
+    """The mirror as docs/records.md lays it out; version 1 (older runs) has no
+    `chunk_tokens_source`."""
+    categoricals = CATEGORICALS if version >= 2 else CATEGORICALS[:-1]
     path = directory / "requests.jsonl"
     path.write_bytes(b"".join(orjson.dumps(r) + b"\n" for r in records))
     mirror = directory / "requests.columns"
@@ -72,7 +78,7 @@ def _write_run(directory: Path, records: list[dict]) -> Path:
         values = [nan if r[name] is None else r[name] for r in records]
         np.save(mirror / f"{name}.npy", np.array(values, dtype="<f8"))
     names: dict[str, list[str]] = {}
-    for name in CATEGORICALS:
+    for name in categoricals:
         table: dict[str, int] = {}
         codes = [table.setdefault(r[name], len(table)) for r in records]
         np.save(mirror / f"{name}.npy", np.array(codes, dtype="<i2"))
@@ -87,7 +93,7 @@ def _write_run(directory: Path, records: list[dict]) -> Path:
     )
     stamp = {
         "format": "batchgate.request_columns",
-        "version": 1,
+        "version": version,
         "jsonl_bytes": path.stat().st_size,
         "records": len(records),
         "names": names,
@@ -124,6 +130,16 @@ def test_mirror_gives_the_same_columns_as_parsing_the_jsonl(tmp_path: Path) -> N
     _assert_same(from_mirror, from_jsonl)
 
 
+def test_an_older_run_without_chunk_tokens_source_reads_as_assumed(tmp_path: Path) -> None:
+    path = _write_run(tmp_path, _records(with_source=False), version=1)
+    assert read_mirror(path) is not None
+    from_mirror = read_requests(path)
+    (tmp_path / "requests.columns").rename(tmp_path / "hidden")
+    from_jsonl = read_requests(path)
+    _assert_same(from_mirror, from_jsonl)
+    assert _decoded(from_mirror)["chunk_tokens_source"] == ["assumed"] * 40
+
+
 def test_mirror_is_ignored_once_the_jsonl_grew(tmp_path: Path) -> None:
     records = _records()
     path = _write_run(tmp_path, records[:-1])
@@ -151,7 +167,7 @@ def test_mirror_with_a_wrong_dtype_or_format_is_ignored(tmp_path: Path) -> None:
     stamp_path = tmp_path / "requests.columns" / "stamp.json"
     stamp = orjson.loads(stamp_path.read_bytes())
     np.save(tmp_path / "requests.columns" / "planned_at.npy", np.zeros(40, dtype="<f8"))
-    stamp["version"] = 2
+    stamp["version"] = 3
     stamp_path.write_bytes(orjson.dumps(stamp))
     assert read_requests(path).planned_at[0] == 10.0
 

@@ -233,3 +233,50 @@ def test_neighbouring_sample_gates_on_one_scope_share_one_measurement(tmp_path, 
     monkeypatch.setattr(derive, "measure", real)
     alone = [evaluate(run, _gates(line + "\n")) for line in body.splitlines()]
     assert [v.value for v in shared.verdicts[:3]] == [_one(e).value for e in alone]
+
+
+ITL_AND_TTFT = """\
+  - name: itl_p50
+    metric: itl
+    statistic: p50
+    fail: "< 1s"
+  - name: ttft_p50
+    metric: ttft
+    statistic: p50
+    fail: "< 1s"
+"""
+
+
+@pytest.mark.parametrize(
+    ("sources", "noted"),
+    [(["usage"] * 40, False), (["usage"] * 39 + ["assumed"], True), (["mixed"] * 40, True)],
+)
+def test_an_itl_verdict_says_when_its_gaps_are_per_chunk(tmp_path, sources, noted):
+    from gate.verdicts.judge import ITL_PER_CHUNK_NOTE
+
+    records = request_records(40)
+    for record, source in zip(records, sources, strict=True):
+        record["chunk_tokens_source"] = source
+    write_profile(tmp_path, "steady", records)
+    write_manifest(tmp_path, ["steady"])
+    itl, ttft = evaluate(load_run(tmp_path), _gates(ITL_AND_TTFT)).verdicts
+    assert (ITL_PER_CHUNK_NOTE in itl.notes) is noted
+    assert ITL_PER_CHUNK_NOTE not in ttft.notes
+
+
+def test_records_without_a_source_are_per_chunk_but_gapless_ones_do_not_count(tmp_path):
+    from gate.verdicts.judge import ITL_PER_CHUNK_NOTE
+
+    records = request_records(40)
+    records[0].pop("chunk_tokens_source")  # an older run: one token a chunk was assumed
+    write_profile(tmp_path / "old", "steady", records)
+    write_manifest(tmp_path / "old", ["steady"])
+    (itl,) = evaluate(load_run(tmp_path / "old"), _gates(ITL_AND_TTFT)).verdicts[:1]
+    assert ITL_PER_CHUNK_NOTE in itl.notes
+    # a one-chunk answer (non-streamed) has no ITL gap: its source does not matter
+    records = request_records(40) + request_records(1, chunks=1, start=2000.0)
+    records[-1].update(id="1-0", chunk_tokens_source="assumed")
+    write_profile(tmp_path / "one", "steady", records)
+    write_manifest(tmp_path / "one", ["steady"])
+    (itl,) = evaluate(load_run(tmp_path / "one"), _gates(ITL_AND_TTFT)).verdicts[:1]
+    assert ITL_PER_CHUNK_NOTE not in itl.notes
