@@ -14,6 +14,7 @@ from reference_server.errors import (
     EngineError,
     RequestValidationError,
 )
+from reference_server.hf_tokenizer_files import hf_tokenizer_dir
 from reference_server.outputs import FINISH_REASONS, EngineStats, RequestOutput, StepResult
 from reference_server.sampling_params import SamplingParams
 from reference_server.scheduler import Scheduler, SchedulerOutput
@@ -48,4 +49,5 @@ __all__ = [
     "StepLog",
     "StepRecord",
     "StepResult",
+    "hf_tokenizer_dir",
 ]

@@ -18,10 +18,11 @@ from reference_server.attention import build_attention_metadata
 from reference_server.checkpoint import load_checkpoint
 from reference_server.errors import ConfigError
 from reference_server.kv_cache import DEFAULT_CPU_KV_CACHE_BYTES, KVCache, num_blocks_for_budget
+from reference_server.logits_mask import AllowedTokenMask
 from reference_server.model import build_random_model
 from reference_server.model_config import get_preset
 from reference_server.sampler import SamplingTensors, sample
-from reference_server.tokenizer import NUM_BYTE_TOKENS, ByteTokenizer
+from reference_server.tokenizer import ByteTokenizer
 
 if TYPE_CHECKING:
     from reference_server.sequence import ScheduledChunk, Sequence
@@ -147,6 +148,14 @@ class ModelRunner:
             self.eos_token_id = self.tokenizer.eos_token_id
         self._check_max_model_len()
         self.vocab_size = self.model_config.vocab_size
+        # Outputs stay valid UTF-8 (docs/model.md). Random weights would emit EOS at random, so
+        # a synthetic generation runs to max_tokens unless its stop_token_ids name EOS.
+        self.allowed_tokens = AllowedTokenMask(
+            vocab_size=self.vocab_size,
+            eos_token_id=self.eos_token_id,
+            allow_eos=not self.is_synthetic,
+            device=torch_device,
+        )
 
         if num_kv_blocks_override is not None:
             num_blocks = _positive_int("num_gpu_blocks_override", num_kv_blocks_override)
@@ -259,7 +268,7 @@ class ModelRunner:
         rows = torch.tensor(sample_rows, dtype=torch.int64, device=device)
         logits = self.model.compute_logits(hidden[rows])  # (rows, vocab) float32
         sampled_seqs = [chunks[i].seq for i in sample_chunks]
-        self._mask_forbidden(logits, sampled_seqs)
+        self.allowed_tokens.apply(logits, sampled_seqs)
         params = [seq.sampling_params for seq in sampled_seqs]
         tensors = SamplingTensors.from_lists(
             temperature=[float(p.temperature) for p in params],
@@ -284,31 +293,6 @@ class ModelRunner:
             raise ValueError(f"request {request}: position {end} exceeds max_model_len")
         if len(seq.block_table) * self.block_size < end:
             raise ValueError(f"request {request}: block table too short for {end} tokens")
-
-    def _mask_forbidden(self, logits: torch.Tensor, seqs: list[Sequence]) -> None:
-        """Random weights would emit EOS/special tokens at random; a synthetic generation must
-        run to max_tokens unless the request's own stop_token_ids name a special token. A
-        request still short of its min_tokens cannot sample EOS or its stop_token_ids."""
-        if self.is_synthetic:
-            allowed = [
-                (row, t)
-                for row, seq in enumerate(seqs)
-                for t in seq.sampling_params.stop_token_ids
-                if NUM_BYTE_TOKENS <= t < self.vocab_size
-            ]
-            saved = [logits[row, t].item() for row, t in allowed]
-            logits[:, NUM_BYTE_TOKENS:] = float("-inf")
-            for (row, t), value in zip(allowed, saved, strict=True):
-                logits[row, t] = value
-        else:
-            ignore_rows = [row for row, seq in enumerate(seqs) if seq.sampling_params.ignore_eos]
-            if ignore_rows:
-                logits[ignore_rows, self.eos_token_id] = float("-inf")
-        for row, seq in enumerate(seqs):
-            params = seq.sampling_params
-            if params.min_tokens > len(seq.output_token_ids):
-                banned = [self.eos_token_id, *params.stop_token_ids]
-                logits[row, [t for t in banned if 0 <= t < self.vocab_size]] = float("-inf")
 
     @torch.inference_mode()
     def embed(self, token_id_lists: list[list[int]]) -> list[list[float]]:

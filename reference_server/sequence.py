@@ -3,7 +3,7 @@ hands the model runner (ScheduledChunk).
 
 It does not know how blocks are chosen or when a sequence runs; the block manager fills
 `block_table`, the scheduler moves `status`, the engine advances `num_computed_tokens` and appends
-sampled tokens.
+sampled tokens, and the allowed-token mask (`logits_mask.py`) keeps `utf8_state`.
 """
 
 from __future__ import annotations
@@ -12,6 +12,7 @@ import enum
 from dataclasses import dataclass
 
 from reference_server.sampling_params import SamplingParams
+from reference_server.utf8_state import BOUNDARY
 
 __all__ = ["PRIORITY_CLASSES", "ScheduledChunk", "Sequence", "SequenceStatus"]
 
@@ -41,6 +42,7 @@ class Sequence:
         "first_token_time",
         "num_computed_tokens",
         "num_preemptions",
+        "num_utf8_tokens",
         "order",
         "output_token_ids",
         "prefill_end",
@@ -50,6 +52,7 @@ class Sequence:
         "sampling_params",
         "sort_key",
         "status",
+        "utf8_state",
     )
 
     def __init__(
@@ -86,6 +89,11 @@ class Sequence:
         self.first_token_time: float | None = None
         self.finish_reason: str | None = None
         self.num_preemptions = 0
+        # The UTF-8 decoder state after output_token_ids[:num_utf8_tokens], advanced by the
+        # allowed-token mask as tokens arrive. Preemption by recompute keeps the output tokens,
+        # so it stays right across a recompute.
+        self.utf8_state = BOUNDARY
+        self.num_utf8_tokens = 0
         # The scheduler's reusable ScheduledChunk(self, 1, True) for decode steps (chunks are
         # immutable, so one object serves every step); dropped when the sequence finishes.
         self.decode_chunk: ScheduledChunk | None = None

@@ -188,11 +188,28 @@ def _converter(flag: Flag) -> Any:
     return convert
 
 
+class _PrintTokenizerDir(argparse.Action):
+    """Like --version: prints the shipped Hugging Face tokenizer directory and exits 0."""
+
+    def __call__(self, parser, namespace, values, option_string=None):  # type: ignore[no-untyped-def]
+        from reference_server.hf_tokenizer_files import hf_tokenizer_dir
+
+        print(hf_tokenizer_dir())
+        parser.exit(0)
+
+
 def build_parser() -> tuple[argparse.ArgumentParser, list[Flag]]:
     parser = argparse.ArgumentParser(
         prog="python -m reference_server",
         description="batchgate's reference server: an OpenAI-compatible API over a paged-KV "
         "engine with continuous / dynamic / static batching. See docs/server.md.",
+    )
+    parser.add_argument(
+        "--print-tokenizer-dir",
+        action=_PrintTokenizerDir,
+        nargs=0,
+        help="print the directory of the Hugging Face tokenizer files that count tokens as "
+        "the server does (for a client's --tokenizer) and exit",
     )
     flags = engine_flags()
     groups = {

@@ -264,16 +264,17 @@ def test_sampling_params_min_tokens_is_bounded():
 def test_min_tokens_masks_eos_and_stop_token_ids_until_reached(synthetic):
     import torch
 
-    from reference_server.model_runner import ModelRunner
+    from reference_server.logits_mask import AllowedTokenMask
 
     vocab = TOKENIZER.vocab_size
-    runner = SimpleNamespace(is_synthetic=synthetic, eos_token_id=TOKENIZER.eos_token_id,
-                             vocab_size=vocab)  # fmt: skip
+    mask = AllowedTokenMask(vocab_size=vocab, eos_token_id=TOKENIZER.eos_token_id,
+                            allow_eos=not synthetic, device=torch.device("cpu"))  # fmt: skip
 
     def seq(outputs: int, **params: Any) -> SimpleNamespace:
         return SimpleNamespace(
-            sampling_params=SamplingParams(max_tokens=8, **params), output_token_ids=[7] * outputs
-        )
+            sampling_params=SamplingParams(max_tokens=8, **params), output_token_ids=[7] * outputs,
+            utf8_state=0, num_utf8_tokens=0,
+        )  # fmt: skip
 
     seqs = [
         seq(1, min_tokens=3, stop_token_ids=(10, TOKENIZER.pad_token_id)),  # short: masked
@@ -281,11 +282,11 @@ def test_min_tokens_masks_eos_and_stop_token_ids_until_reached(synthetic):
         seq(0, stop_token_ids=(10,)),  # no min_tokens
     ]
     logits = torch.zeros(3, vocab)
-    ModelRunner._mask_forbidden(runner, logits, seqs)  # type: ignore[arg-type]
+    mask.apply(logits, seqs)  # type: ignore[arg-type]
     inf = float("-inf")
     eos, pad = TOKENIZER.eos_token_id, TOKENIZER.pad_token_id
     assert logits[0, 10] == inf and logits[0, eos] == inf and logits[0, pad] == inf
     assert logits[1, 10] == 0 and logits[2, 10] == 0
     assert logits[1, pad] == 0  # a special stop token is sampleable once min_tokens is reached
-    assert logits[0, 11] == 0 and logits[0, 97] == 0  # other bytes untouched
+    assert logits[0, 65] == 0 and logits[0, 97] == 0  # other bytes untouched
     assert bool(logits[2, eos] == inf) is synthetic  # synthetic weights never end by EOS
