@@ -27,6 +27,7 @@ def build_load_json(
     wall_at_t0: float,
     ended_at: float,
     ended: str,
+    batch_job: dict[str, Any] | None = None,
 ) -> dict[str, Any]:
     p = spec.params
     closed = spec.mode == "closed"
@@ -63,7 +64,7 @@ def build_load_json(
         reasons.append("no request was sent")
     if len(summaries) < workers:
         reasons.append(f"only {len(summaries)} of {workers} workers reported their summary")
-    return {
+    load = {
         "schema_version": 1,
         "profile": spec.name,
         "params": p,
@@ -97,3 +98,16 @@ def build_load_json(
         "invalid_reasons": reasons,
         "ended": ended,
     }
+    if batch_job is not None:
+        # `window` stays the chat schedule's, which rates and latencies are measured over; the
+        # job's own span (submitted_at .. ended_at) is in here, for server-side windows.
+        load["batch_job"] = _batch_job_summary(batch_job)
+    return load
+
+
+def _batch_job_summary(job: dict[str, Any]) -> dict[str, Any]:
+    """The job's summary line (docs/records.md, batch_job.jsonl) less its timeline fields."""
+    out = {k: v for k, v in job.items() if k not in ("event", "wall", "monotonic")}
+    start, end = job.get("submitted_at"), job.get("completed_at")
+    out["duration_seconds"] = end - start if start is not None and end is not None else None
+    return out

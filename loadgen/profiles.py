@@ -1,6 +1,7 @@
 """Built-in traffic profiles and their resolution from overrides.
 
-Owns the profile catalogue (night_trickle, burst, mixed_lengths, priority_mix, steady, ramp),
+Owns the profile catalogue (night_trickle, burst, mixed_lengths, priority_mix, steady, ramp,
+offline_job),
 each as flat default parameters plus a pure builder, and `resolve(name, overrides, scale)` which
 validates overrides (unknown keys are errors naming the key) and returns a `ProfileSpec`. It does
 not generate arrivals or requests (see `loadgen.plan`) nor know about Locust.
@@ -17,6 +18,7 @@ from typing import Any
 
 from loadgen.arrivals import ArrivalProcess
 from loadgen.errors import ConfigError
+from loadgen.job_params import job_defaults, scale_job_lines, validate_job_params
 from loadgen.lengths import LengthDist
 from loadgen.overrides import apply_override
 from loadgen.shapes import RateSchedule, RateStage
@@ -185,6 +187,12 @@ def _build_single(p: dict[str, Any]) -> tuple[list[RateStage], list[TrafficClass
     return _single("main", p), _classes_one(p)
 
 
+def _build_offline_job(p: dict[str, Any]) -> tuple[list[RateStage], list[TrafficClass]]:
+    """The chat part only; the job itself is sent by `loadgen.batch_job` from these params."""
+    validate_job_params(p)
+    return _single("main", p), _classes_one(p)
+
+
 _Builder = Callable[[dict[str, Any]], tuple[list[RateStage], list[TrafficClass]]]
 
 # name -> (profile defaults, builder, description)
@@ -295,6 +303,19 @@ PROFILES: dict[str, tuple[dict[str, Any], _Builder, str]] = {
         _build_priority,
         "interactive chats plus heavy batch-class background traffic (priority tags)",
     ),
+    "offline_job": (
+        {
+            "base_rate_rps": 2.0,
+            "main_seconds": 120.0,
+            "priority": "interactive",
+            "prompt_tokens": _short_chat(),
+            "output_tokens": {"kind": "uniform", "low": 16, "high": 64, "min": 1, "max": 4096},
+            # The offline job sent through the target's Batch API part-way through the chat.
+            **job_defaults(_short_chat()),
+        },
+        _build_offline_job,
+        "steady short chats while a Batch API job of job_lines requests runs (batch_job.jsonl)",
+    ),
 }
 
 _DURATION_KEYS = ("main_seconds", "baseline_seconds", "spike_seconds", "recovery_seconds")
@@ -349,7 +370,10 @@ def resolve(name: str, overrides: dict[str, Any] | None = None, scale: str = "fu
             if key in params:
                 params[key] = float(params[key]) * SCALES[scale]
         params["warmup_seconds"] = float(params["warmup_seconds"]) * SCALES[scale]
+        scale_job_lines(params, SCALES[scale])
     stages, classes = builder(params)
+    if "job_lines" in params:
+        params["job_lines"] = int(params["job_lines"])
     schedule = RateSchedule(tuple(stages))
     if params["duration_seconds"] is not None:
         factor = float(params["duration_seconds"]) / schedule.duration_seconds

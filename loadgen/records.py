@@ -21,6 +21,7 @@ import orjson
 from loadgen.columns import ColumnMirror, columns_dir
 
 __all__ = [
+    "BATCH_JOB_STATUSES",
     "CHUNK_TOKENS_SOURCES",
     "STATUSES",
     "RecordWriter",
@@ -271,7 +272,7 @@ def validate_load_json(obj: Any) -> list[str]:
     if not isinstance(obj, dict):
         return ["load.json is not a JSON object"]
     problems = [f"missing key {k!r}" for k in sorted(_LOAD_KEYS - set(obj))]
-    problems += [f"unknown key {k!r}" for k in sorted(set(obj) - _LOAD_KEYS)]
+    problems += [f"unknown key {k!r}" for k in sorted(set(obj) - _LOAD_KEYS - {"batch_job"})]
     if problems:
         return problems
     if obj["schema_version"] != 1:
@@ -306,4 +307,32 @@ def validate_load_json(obj: Any) -> list[str]:
         problems.append("a valid measurement must not list invalid_reasons")
     if not obj["measurement_valid"] and not obj["invalid_reasons"]:
         problems.append("an invalid measurement must give its reasons")
+    if "batch_job" in obj:  # the offline_job profile only
+        problems += _batch_job_problems(obj["batch_job"])
+    return problems
+
+
+# load.json's `batch_job` (docs/records.md): the summary line of batch_job.jsonl without its
+# event and clock fields, plus duration_seconds.
+_BATCH_JOB_KEYS = {
+    "status", "batch_status", "http_status", "error", "input_file_id", "batch_id",
+    "output_file_id", "error_file_id", "lines_total", "lines_completed", "lines_failed",
+    "output_tokens", "submit_planned_at", "submitted_at", "in_progress_at", "completed_at",
+    "ended_at", "polls", "duration_seconds",
+}  # fmt: skip
+BATCH_JOB_STATUSES = (
+    "completed", "failed", "expired", "cancelled", "timed_out", "not_supported", "error",
+    "interrupted",
+)  # fmt: skip
+
+
+def _batch_job_problems(job: Any) -> list[str]:
+    if not isinstance(job, dict):
+        return ["batch_job is not a JSON object"]
+    problems = [f"batch_job lacks {k!r}" for k in sorted(_BATCH_JOB_KEYS - set(job))]
+    problems += [f"batch_job has unknown key {k!r}" for k in sorted(set(job) - _BATCH_JOB_KEYS)]
+    if job.get("status") not in BATCH_JOB_STATUSES:
+        problems.append(f"batch_job status {job.get('status')!r} not one of {BATCH_JOB_STATUSES}")
+    if job.get("status") == "not_supported" and not _is_int(job.get("http_status")):
+        problems.append("a not_supported batch_job needs its http_status")
     return problems

@@ -52,6 +52,7 @@ class Collector:
         self.load: dict[str, Any] | None = None
         self.refusal: str | None = None  # why the test was refused at its start (nothing ran)
         self.refused = gevent.event.Event()
+        self.started = gevent.event.Event()  # the start time of this test is known
 
     def refuse(self, message: str) -> None:
         self.refusal = message
@@ -60,6 +61,7 @@ class Collector:
     def set_start(self, start_wall: float, start_monotonic: float | None) -> None:
         self.wall_at_t0 = start_wall
         self.t0 = start_monotonic or time.monotonic() + (start_wall - time.time())
+        self.started.set()
 
     def add(self, rec: dict[str, Any]) -> None:
         if self.writer.write(rec):
@@ -90,7 +92,7 @@ class Collector:
             return "interrupted"
         return "completed"
 
-    def finalize(self, ended: str) -> dict[str, Any]:
+    def finalize(self, ended: str, *, batch_job: dict[str, Any] | None = None) -> dict[str, Any]:
         if self.load is not None:
             return self.load
         self.writer.close()
@@ -104,6 +106,7 @@ class Collector:
             wall_at_t0=self.wall_at_t0,
             ended_at=time.monotonic(),
             ended=ended,
+            batch_job=batch_job,
         )
         path = Path(self.config.out_dir) / "load.json"
         tmp = path.with_suffix(".json.tmp")

@@ -34,7 +34,10 @@ def add_arguments(parser: Any) -> None:
         "--loadgen-profile",
         default="steady",
         env_var="LOADGEN_PROFILE",
-        help="profile name: steady, ramp, night_trickle, burst, mixed_lengths, priority_mix",
+        help=(
+            "profile name: steady, ramp, night_trickle, burst, mixed_lengths, priority_mix, "
+            "offline_job (its Batch API job is sent only by python -m loadgen)"
+        ),
     )
     group.add_argument(
         "--loadgen-scale", default="smoke", env_var="LOADGEN_SCALE", help="smoke | quick | full"

@@ -2,7 +2,8 @@
 
 Owns building the Locust environment programmatically, starting local worker processes
 (`python -m loadgen.worker`) or waiting for remote ones, the progress display loop, Ctrl-C
-handling (cancel in-flight requests, write load.json with `ended: interrupted`), and shutdown.
+handling (cancel in-flight requests, write load.json with `ended: interrupted`), the greenlet
+of the `offline_job` profile's Batch API job (`loadgen.batch_job`), and shutdown.
 Importing it imports locust (gevent monkey-patching): only `loadgen.cli` imports it, lazily, in
 the load process. It does not parse arguments, collect records (`loadgen.locust.collector`) or
 drive requests (`loadgen.locust.user`).
@@ -19,6 +20,7 @@ import socket  # noqa: E402
 import subprocess  # noqa: E402
 import sys  # noqa: E402
 import time  # noqa: E402
+from pathlib import Path  # noqa: E402
 from typing import Any  # noqa: E402
 
 import gevent  # noqa: E402
@@ -26,6 +28,7 @@ import gevent.event  # noqa: E402
 from locust.env import Environment  # noqa: E402
 from locust.runners import MasterRunner  # noqa: E402
 
+from loadgen.batch_job import BatchJob, job_enabled  # noqa: E402
 from loadgen.config import RunConfig  # noqa: E402
 from loadgen.locust.install import install  # noqa: E402
 from loadgen.locust.options import build_parsed_options  # noqa: E402
@@ -101,12 +104,27 @@ def run_load(
             runner.quit()
             _reap(procs, timeout_seconds=0.0)
             raise
-    runner.start(config.workers, spawn_rate=config.workers)
+    runner.start(config.workers, spawn_rate=config.workers)  # sets the start time (test_start)
     progress_greenlet = gevent.spawn(progress.loop)
     spec = collector.spec
+    job: BatchJob | None = None
+    job_greenlet: gevent.Greenlet | None = None
+    if job_enabled(spec) and collector.refusal is None:
+        # Beside the users, in this process: the job is one stream of requests, not a share
+        # of the schedule, so it is sent once whatever the number of workers.
+        job = BatchJob(
+            spec=spec,
+            target_url=config.target_url,
+            model=config.model,
+            api_key=config.api_key,
+            out_dir=Path(config.out_dir),
+        )
+        job_greenlet = gevent.spawn(_run_job, job, collector)
     limit = spec.schedule.duration_seconds + float(spec.params["request_timeout_seconds"]) + 30.0
     gevent.wait([collector.done, stop_requested, collector.refused], timeout=limit, count=1)
     if collector.refusal is not None:  # e.g. more remote workers than --workers connected
+        if job_greenlet is not None:
+            job_greenlet.kill(block=True, timeout=10)  # nothing ran: no job either
         progress_greenlet.kill()
         runner.quit()
         _reap(procs, timeout_seconds=10.0)
@@ -125,12 +143,32 @@ def run_load(
         ended = "crashed"
     else:
         ended = collector.ended_when_done()
+    if job is not None and job_greenlet is not None:
+        # The profile ends when both the chat schedule and the job are done; the job's own
+        # deadline (job_wait_seconds after the schedule) bounds this wait.
+        if ended == "completed":
+            job_limit = (
+                float(spec.params["job_wait_seconds"])
+                + 2 * float(spec.params["request_timeout_seconds"])
+                + 30.0
+            )
+            gevent.wait([job_greenlet, stop_requested], timeout=job_limit, count=1)
+            if stop_requested.is_set() and not job_greenlet.dead:
+                ended = "interrupted"
+        job_greenlet.kill(block=True, timeout=10)
+        job.abandon()  # a no-op when the job ran to its end
     progress_greenlet.kill()
-    load = collector.finalize(ended)
+    load = collector.finalize(ended, batch_job=job.summary if job is not None else None)
     progress.final(load)
     runner.quit()
     _reap(procs, timeout_seconds=10.0)
     return load
+
+
+def _run_job(job: BatchJob, collector: Any) -> None:
+    # A local runner fires test_start (which sets the start time) from its spawning greenlet.
+    if collector.started.wait(timeout=_WORKER_WAIT_SECONDS):
+        job.run(collector.t0)
 
 
 def _reap(procs: list[subprocess.Popen[bytes]], *, timeout_seconds: float) -> None:

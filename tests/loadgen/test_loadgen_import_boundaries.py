@@ -24,6 +24,8 @@ PURE = [
     "loadgen.columns",
     "loadgen.percentile",
     "loadgen.load_json",
+    "loadgen.batch_job",
+    "loadgen.job_params",
     "loadgen.sse",
     "loadgen.httpconn",
     "loadgen.client",
