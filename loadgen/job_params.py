@@ -1,8 +1,8 @@
 """The offline_job profile's Batch API job parameters: their defaults and their validation.
 
 Owns the `job_*` keys of the `offline_job` profile (how big the job is, when it is sent, how
-long the load waits for it) so the profile catalogue stays a catalogue; the job itself is sent by
-`loadgen.batch_job`.
+long the load waits for it) and the chat stages they imply (`before_job`, `during_job`), so the
+profile catalogue stays a catalogue; the job itself is sent by `loadgen.batch_job`.
 """
 
 from __future__ import annotations
@@ -11,8 +11,9 @@ from typing import Any
 
 from loadgen.errors import ConfigError
 from loadgen.lengths import LengthDist
+from loadgen.shapes import RateStage
 
-__all__ = ["job_defaults", "scale_job_lines", "validate_job_params"]
+__all__ = ["job_defaults", "job_stages", "scale_job_lines", "validate_job_params"]
 
 
 def job_defaults(prompt_tokens: dict[str, Any]) -> dict[str, Any]:
@@ -50,3 +51,21 @@ def scale_job_lines(params: dict[str, Any], factor: float) -> None:
     job_lines = params.get("job_lines")
     if isinstance(job_lines, int | float) and not isinstance(job_lines, bool) and job_lines >= 1:
         params["job_lines"] = max(1, round(float(job_lines) * factor))
+
+
+def job_stages(p: dict[str, Any]) -> list[RateStage]:
+    """The chat schedule split at the job's planned submit time, same rate on both sides.
+
+    `loadgen.batch_job` submits at `job_submit_at_ratio` x the schedule's duration, which is
+    where `during_job` starts: every chat record says whether it was sent before the job or
+    while it was (meant to be) running, so a ratio gate can compare the two in one run. A ratio
+    of 0 or 1 leaves one stage (a stage cannot be empty).
+    """
+    total, ratio = float(p["main_seconds"]), float(p["job_submit_at_ratio"])
+    parts = (("before_job", total * ratio), ("during_job", total - total * ratio))
+    rate = p["base_rate_rps"]
+    return [
+        RateStage(name=name, duration_seconds=seconds, rate_rps=rate)
+        for name, seconds in parts
+        if seconds > 0
+    ]

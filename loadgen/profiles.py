@@ -18,7 +18,7 @@ from typing import Any
 
 from loadgen.arrivals import ArrivalProcess
 from loadgen.errors import ConfigError
-from loadgen.job_params import job_defaults, scale_job_lines, validate_job_params
+from loadgen.job_params import job_defaults, job_stages, scale_job_lines, validate_job_params
 from loadgen.lengths import LengthDist
 from loadgen.overrides import apply_override
 from loadgen.shapes import RateSchedule, RateStage
@@ -188,9 +188,9 @@ def _build_single(p: dict[str, Any]) -> tuple[list[RateStage], list[TrafficClass
 
 
 def _build_offline_job(p: dict[str, Any]) -> tuple[list[RateStage], list[TrafficClass]]:
-    """The chat part only; the job itself is sent by `loadgen.batch_job` from these params."""
+    """The chat part (stages before_job, during_job); `loadgen.batch_job` sends the job."""
     validate_job_params(p)
-    return _single("main", p), _classes_one(p)
+    return job_stages(p), _classes_one(p)
 
 
 _Builder = Callable[[dict[str, Any]], tuple[list[RateStage], list[TrafficClass]]]
@@ -314,7 +314,7 @@ PROFILES: dict[str, tuple[dict[str, Any], _Builder, str]] = {
             **job_defaults(_short_chat()),
         },
         _build_offline_job,
-        "steady short chats while a Batch API job of job_lines requests runs (batch_job.jsonl)",
+        "steady short chats (before_job, during_job stages) plus a Batch API job of job_lines",
     ),
 }
 

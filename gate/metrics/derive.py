@@ -3,12 +3,13 @@
 Owns the formulas: TTFT, TTFT from planned, E2E, E2E from planned, per-token ITL, TPOT,
 schedule lag, goodput, throughput, error and 5xx shares, recovery time, recompute ratio,
 preemptions (per request), KV usage / leak after drain, queue and running peaks, step latency
-(exact from steps.jsonl, else a histogram estimate from scrapes.jsonl, labelled so) and memory
-from gpu.jsonl. It returns measurements (samples, events, series, scalars, histograms, or
-NoData with the reason); it does not know thresholds, confidence or verdicts. The formulas live
-in `gate.metrics.client` (request records), `gate.metrics.server` (steps, scrapes) and
-`gate.metrics.sampler` (gpu.jsonl); the value types in `gate.metrics.measurements`, the window
-in `gate.metrics.window`. This module dispatches by the glossary's source.
+(exact from steps.jsonl, else a histogram estimate from scrapes.jsonl, labelled so), memory
+from gpu.jsonl and the offline job's outcome. It returns measurements (samples, events, series,
+scalars, histograms, or NoData with the reason); it does not know thresholds, confidence or
+verdicts. The formulas live in `gate.metrics.client` (request records), `gate.metrics.server`
+(steps, scrapes), `gate.metrics.sampler` (gpu.jsonl) and `gate.metrics.batch_job` (load.json's
+`batch_job`); the value types in `gate.metrics.measurements`, the window in
+`gate.metrics.window`. This module dispatches by the glossary's source.
 """
 
 from __future__ import annotations
@@ -16,6 +17,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any
 
 from gate.glossary import Source, get_metric
+from gate.metrics.batch_job import BATCH_JOB_METRICS, batch_job
 from gate.metrics.client import client
 from gate.metrics.measurements import Measurement, NoData, Scalar
 from gate.metrics.sampler import gpu
@@ -33,6 +35,8 @@ def _run(profile: ProfileData, metric: str, statistic: str) -> Measurement:
     load = profile.load
     if load is None:
         return NoData(reason="load.json missing")
+    if metric in BATCH_JOB_METRICS:
+        return batch_job(load, metric)
     if metric == "measurement_valid":
         valid = bool(load.get("measurement_valid")) and load.get("ended") == "completed"
         return Scalar(value=1.0 if valid else 0.0)

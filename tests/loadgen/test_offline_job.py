@@ -22,8 +22,9 @@ from typing import Any
 import pytest
 from lg_support import REPO, FakeServer, read_load, read_records, run_loadgen
 
-from loadgen.batch_job import build_job_lines
+from loadgen.batch_job import BatchJob, build_job_lines
 from loadgen.errors import ConfigError
+from loadgen.plan import build_plan
 from loadgen.profiles import resolve
 from loadgen.records import validate_load_json, validate_record
 
@@ -43,6 +44,29 @@ def test_job_lines_scale_like_durations_unless_the_duration_is_explicit() -> Non
     assert (
         resolve("offline_job", {"duration_seconds": 6, "job_lines": 20}).params["job_lines"] == 20
     )
+
+
+def test_chat_records_carry_before_job_and_during_job_split_at_the_submit_time(
+    tmp_path: Path,
+) -> None:
+    spec = resolve("offline_job", {"rate_rps": 20, "job_submit_at_ratio": 0.4}, "smoke")
+    submit_offset = BatchJob(
+        spec=spec, target_url="http://127.0.0.1:9", model="m", api_key=None, out_dir=tmp_path
+    ).submit_offset_seconds
+    bounds = spec.schedule.stage_bounds()
+    assert [name for name, _, _ in bounds] == ["before_job", "during_job"]
+    assert bounds[0][2] == pytest.approx(submit_offset)  # the job goes in as during_job begins
+    assert {s.rate_rps for s in spec.schedule.stages} == {20.0}
+    plan = build_plan(spec)
+    assert {r.stage for r in plan} == {"before_job", "during_job"}
+    assert all((r.stage == "during_job") == (r.offset_seconds >= submit_offset) for r in plan)
+    # The job sent at the start or at the end leaves a single (non-empty) stage.
+    assert [s.name for s in resolve("offline_job", {"job_submit_at_ratio": 0}).schedule.stages] == [
+        "during_job"
+    ]
+    assert [s.name for s in resolve("offline_job", {"job_submit_at_ratio": 1}).schedule.stages] == [
+        "before_job"
+    ]
 
 
 @pytest.mark.parametrize(
