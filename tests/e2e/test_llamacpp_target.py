@@ -50,7 +50,12 @@ def llama_server(tmp_path: Path) -> Iterator[str]:
         pytest.skip(why)
     port = _free_port()
     log = open(tmp_path / "llama-server.log", "w")  # noqa: SIM115
+    # One core left to the load generator and batchgate, as the bundled server does on CPU:
+    # llama.cpp's thread pool spin-waits, and on 2 shared cores a step then took many times
+    # longer (a capacity of 1.8 req/s measured under load, and a 20-minute run).
+    threads = str(max(1, (os.cpu_count() or 2) - 1))
     argv = [str(SERVER), "-m", str(MODEL), "--host", "127.0.0.1", "--port", str(port)]
+    argv += ["--threads", threads, "--threads-batch", threads]
     proc = subprocess.Popen(
         [*argv, "-np", str(SLOTS), "-c", str(CONTEXT), "--cont-batching", "--metrics"],
         stdout=log,
@@ -105,8 +110,9 @@ def test_default_suite_against_llama_server(tmp_path: Path, llama_server: str) -
         check=False,
     )
     output = done.stdout + done.stderr
-    # 0 (every gate passed) or 1 (a gate failed): the run measured; never 4/5 (setup, no data).
-    assert done.returncode in (0, 1), output[-4000:]
+    # 0 (passed), 1 (a gate failed) or 3 (inconclusive): the run measured; never 4/5 (setup, no
+    # data). Which one depends on how llama.cpp batches on this machine, not on batchgate.
+    assert done.returncode in (0, 1, 3), output[-4000:]
     assert "target kind llamacpp" in output
     assert "Traceback" not in output
     run_dir = tmp_path / "runs" / "llama"
@@ -127,8 +133,9 @@ def test_default_suite_against_llama_server(tmp_path: Path, llama_server: str) -
     assert not set(by_gate) & NOT_MEASURABLE  # left out, not judged "no data"
     for name in CLIENT_GATES:
         assert name in by_gate, sorted(by_gate)
-        for v in by_gate[name]:
-            assert v["status"] in ("pass", "fail", "warn"), v
+        for v in by_gate[name]:  # judged on data, whatever the verdict
+            assert v["status"] in ("pass", "fail", "warn", "inconclusive"), v
+            assert v["n"] > 0, v
     assert all(v["status"] == "pass" for v in by_gate["no_errors"]), by_gate["no_errors"]
     assert all(v["status"] == "pass" for v in by_gate["measurement_valid"])
     assert verdicts["exit_code"] == done.returncode
