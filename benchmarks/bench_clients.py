@@ -1,0 +1,404 @@
+"""Benchmark: third-party load generators against `batchgate serve`, each beside `batchgate load`.
+
+For each client tool given (guidellm, AIPerf, inference-perf, the official `openai` SDK, plain
+Locust with loadgen/locustfile.py) it starts one bundled server, runs `batchgate load --profile
+steady` at --rate req/s, runs the tool at the same rate in the same window, then compares the
+medians the tool writes in its own output files with batchgate's (requests.jsonl of the records
+sent inside the tool's window, the gate's formulas): TTFT, and ITL like with like — a tool whose
+"ITL" is per request (E2E - TTFT) / (tokens - 1) (guidellm, AIPerf) against our TPOT, a pooled
+per-token or per-chunk one (inference-perf, the SDK, Locust's records) against our per-token ITL.
+Both send ~--prompt-tokens prompt tokens and exactly --output-tokens output tokens (ignore_eos).
+Prints a table and writes benchmarks/results/clients.json.
+
+    .venv/bin/python benchmarks/bench_clients.py --guidellm /tmp/clients/guidellm \
+        --aiperf /tmp/clients/aiperf --inference-perf /tmp/clients/infperf [--rate 5]
+
+With --capture DIR it instead runs each tool's variants (chat/completions, stream or not; a few
+requests each) through benchmarks/body_proxy.py and writes the request bodies they sent as
+fixtures for tests/reference_server/api/test_client_bodies_replay.py.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+import urllib.request
+from pathlib import Path
+from typing import Any
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+from client_tools import RunContext, Tool, build_tools, shell_line
+from record_medians import record_medians
+
+REPO = Path(__file__).resolve().parents[1]
+RESULTS = REPO / "benchmarks" / "results" / "clients.json"
+TOKENIZER = REPO / "reference_server" / "hf_tokenizer"
+CLIENT_ENV = {"HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1", "HF_DATASETS_OFFLINE": "1"}
+# batchgate's value that means what each tool's "ITL" means (client_tools.ToolResult.itl_basis).
+BATCHGATE_ITL = {
+    "tpot": "tpot_p50_ms", "chunk": "chunk_gap_p50_ms",
+    "itl0": "zero_filled_itl_p50_ms", "itl": "itl_p50_ms",
+}  # fmt: skip
+# Request headers a replay sends again (the rest are per connection or recomputed).
+DROP_HEADERS = {"host", "content-length", "connection", "transfer-encoding", "keep-alive"}
+
+
+def _get_json(url: str) -> Any:
+    with urllib.request.urlopen(url, timeout=5) as resp:
+        return json.loads(resp.read())
+
+
+class Server:
+    """The bundled server on port 0, waited for by polling /health."""
+
+    def __init__(self, tmp: Path, extra_args: list[str]) -> None:
+        port_file = tmp / "server-port"
+        self.log_path = tmp / "server.log"
+        with open(self.log_path, "wb") as log:
+            self.proc = subprocess.Popen(
+                [sys.executable, "-m", "reference_server", "--port", "0",
+                 "--port-file", str(port_file), *extra_args],
+                cwd=REPO, stdout=log, stderr=subprocess.STDOUT,
+            )  # fmt: skip
+        deadline = time.monotonic() + 180
+        while True:
+            if self.proc.poll() is not None or time.monotonic() > deadline:
+                raise RuntimeError(f"server did not start:\n{self.log_path.read_text()[-3000:]}")
+            text = port_file.read_text().strip() if port_file.exists() else ""
+            if text:
+                self.url = f"http://127.0.0.1:{int(text)}"
+                try:
+                    if _get_json(self.url + "/health")["status"] == "ok":
+                        break
+                except OSError:
+                    pass
+            time.sleep(0.1)
+        self.model = _get_json(self.url + "/v1/models")["data"][0]["id"]
+
+    def warm_up(self, requests: int = 4) -> None:
+        """A few sequential generations, so no tool meets the first-request costs."""
+        body = {"model": self.model, "messages": [{"role": "user", "content": "x" * 128}],
+                "max_tokens": 64, "ignore_eos": True, "stream": False}  # fmt: skip
+        for _ in range(requests):
+            request = urllib.request.Request(
+                self.url + "/v1/chat/completions", data=json.dumps(body).encode(),
+                headers={"Content-Type": "application/json"},
+            )  # fmt: skip
+            with urllib.request.urlopen(request, timeout=60) as resp:
+                resp.read()
+
+    def stop(self) -> None:
+        self.proc.send_signal(signal.SIGTERM)
+        try:
+            self.proc.wait(timeout=60)
+        except subprocess.TimeoutExpired:
+            self.proc.kill()
+            self.proc.wait()
+
+
+def _batchgate_load(server: Server, out: Path, args: argparse.Namespace, endpoint: str):
+    # A long schedule stopped with SIGINT once the tool is done: the records cover the tool's
+    # whole run, whatever its start-up time; the comparison keeps those sent in its window.
+    cmd = [
+        sys.executable, "-m", "loadgen", "--target", server.url, "--profile", "steady",
+        "--rate", f"{args.rate:g}", "--duration", str(args.requests / args.rate + 900),
+        "--out", str(out), "--model", server.model, "--endpoint", endpoint,
+        "--set", f"prompt_tokens={args.prompt_tokens}",
+        "--set", f"output_tokens={args.output_tokens}",
+        "--set", "extra_body.ignore_eos=true", "--set", "warmup_seconds=0",
+    ]  # fmt: skip
+    log = open(out.parent / f"{out.name}.log", "wb")  # noqa: SIM115 (closed by the caller)
+    proc = subprocess.Popen(cmd, cwd=REPO, stdout=log, stderr=subprocess.STDOUT)
+    records = out / "requests.jsonl"
+    deadline = time.monotonic() + 60
+    while not (records.exists() and records.stat().st_size > 0):
+        if proc.poll() is not None or time.monotonic() > deadline:
+            raise RuntimeError("batchgate load sent nothing")
+        time.sleep(0.1)
+    return cmd, proc, log
+
+
+def _read_records(out: Path) -> list[dict[str, Any]]:
+    lines = (out / "requests.jsonl").read_text().splitlines()
+    return [json.loads(line) for line in lines if line.strip()]
+
+
+def compare_tool(tool: Tool, server: Server, tmp: Path, args: argparse.Namespace) -> dict:
+    version = tool.version()
+    ctx = RunContext(
+        url=server.url, model=server.model, tokenizer=args.tokenizer, rate_rps=args.rate,
+        requests=args.requests, prompt_tokens=args.prompt_tokens,
+        output_tokens=args.output_tokens, out_dir=tmp / tool.name, endpoint=tool.endpoint,
+    )  # fmt: skip
+    ctx.out_dir.mkdir(parents=True, exist_ok=True)
+    bg_out = tmp / f"{tool.name}-batchgate"
+    bg_cmd, bg_proc, bg_log = _batchgate_load(server, bg_out, args, tool.endpoint)
+    cmd = [*tool.command(ctx), *_extra_args(tool, args)]
+    launched = time.monotonic()
+    with open(ctx.out_dir / "tool.log", "wb") as log:
+        rc = subprocess.run(
+            cmd, cwd=ctx.out_dir, stdout=log, stderr=subprocess.STDOUT,
+            env={**os.environ, **CLIENT_ENV, **tool.env(ctx)},
+            timeout=args.requests / args.rate + 600,
+        ).returncode  # fmt: skip
+    exited = time.monotonic()
+    bg_proc.send_signal(signal.SIGINT)
+    bg_proc.wait(timeout=120)
+    bg_log.close()
+    row: dict[str, Any] = {
+        "tool": tool.name, "version": version, "command": shell_line(cmd), "exit_code": rc,
+        "batchgate_command": shell_line(bg_cmd), "endpoint": tool.endpoint,
+        "arrival": tool.arrival,
+    }  # fmt: skip
+    try:
+        result = tool.read(ctx)
+    except (OSError, KeyError, IndexError, ValueError, StopIteration) as exc:
+        row["error"] = f"no result: {type(exc).__name__}: {exc}"
+        row["tool_log_tail"] = (ctx.out_dir / "tool.log").read_text(errors="replace")[-3000:]
+        return row
+    offset = time.time() - time.monotonic()
+    if result.window_monotonic is not None:
+        window = result.window_monotonic
+    elif result.window_wall is not None:
+        window = (result.window_wall[0] - offset, result.window_wall[1] - offset)
+    else:
+        window = (launched, exited)
+    bg = record_medians(_read_records(bg_out), (window[0], window[1]))
+    bg_itl = bg[BATCHGATE_ITL[result.itl_basis]]
+
+    def diff(a: float | None, b: float | None) -> float | None:
+        return None if a is None or b is None else a - b
+
+    ttft_diff = diff(result.ttft_p50_ms, bg["ttft_p50_ms"])
+    itl_diff = diff(result.itl_p50_ms, bg_itl)
+    within = (
+        ttft_diff is not None
+        and itl_diff is not None
+        and abs(ttft_diff) <= args.ttft_target_ms
+        and abs(itl_diff) <= args.itl_target_ms
+    )
+    load = json.loads((bg_out / "load.json").read_text())
+    row.update(
+        requests=result.requests, errors=result.errors,
+        ttft_p50_ms=result.ttft_p50_ms, itl_p50_ms=result.itl_p50_ms,
+        itl_basis=result.itl_basis, itl_field=result.itl_field,
+        batchgate=bg, batchgate_itl_compared_ms=bg_itl,
+        batchgate_measurement_valid=load.get("measurement_valid"),
+        batchgate_invalid_reasons=load.get("invalid_reasons"),
+        ttft_diff_ms=ttft_diff, itl_diff_ms=itl_diff, within_target=within,
+        window_seconds=window[1] - window[0], tool_extra=result.extra,
+    )  # fmt: skip
+    return row
+
+
+def _extra_args(tool: Tool, args: argparse.Namespace) -> list[str]:
+    """--tool-arg NAME=ARG values for this tool, in order (comparison runs only)."""
+    extra = []
+    for item in args.tool_arg:
+        name, _, value = item.partition("=")
+        if name == tool.name:
+            extra.append(value)
+    return extra
+
+
+def _fixture_headers(pairs: list[list[str]]) -> dict[str, str]:
+    return {k: v for k, v in pairs if k.lower() not in DROP_HEADERS}
+
+
+def capture_tool(tool: Tool, server: Server, tmp: Path, args: argparse.Namespace) -> list[dict]:
+    """Run each variant through the logging proxy; return fixture dicts (bodies as sent)."""
+    version = tool.version()
+    fixtures: list[dict] = []
+    seen_others: set[tuple[str, str]] = set()  # discovery, health, metrics: once per tool
+    for label, endpoint, stream in tool.variants:
+        log = tmp / f"{tool.name}-{label}.jsonl"
+        port_file = tmp / f"{tool.name}-{label}.port"
+        proxy = subprocess.Popen(
+            [sys.executable, str(REPO / "benchmarks" / "body_proxy.py"), "--upstream",
+             server.url.removeprefix("http://"), "--port-file", str(port_file), "--log", str(log)],
+        )  # fmt: skip
+        while not (port_file.exists() and port_file.read_text()):
+            time.sleep(0.05)
+        ctx = RunContext(
+            url=f"http://127.0.0.1:{port_file.read_text()}", model=server.model,
+            tokenizer=args.tokenizer, rate_rps=args.rate, requests=args.capture_requests,
+            prompt_tokens=args.prompt_tokens, output_tokens=args.output_tokens,
+            out_dir=tmp / f"{tool.name}-{label}", endpoint=endpoint, stream=stream,
+            bare=label == "defaults", variant=label,
+        )  # fmt: skip
+        ctx.out_dir.mkdir(parents=True, exist_ok=True)
+        cmd = tool.command(ctx)
+        with open(ctx.out_dir / "tool.log", "wb") as out:
+            rc = subprocess.run(
+                cmd, cwd=ctx.out_dir, stdout=out, stderr=subprocess.STDOUT,
+                env={**os.environ, **CLIENT_ENV, **tool.env(ctx)}, timeout=900,
+            ).returncode  # fmt: skip
+        time.sleep(1.0)  # connections close after the tool exits; the proxy logs on close
+        proxy.send_signal(signal.SIGINT)
+        proxy.wait(timeout=30)
+        entries = [json.loads(x) for x in log.read_text().splitlines()] if log.exists() else []
+        config = tool.config_text(ctx)
+        if config is not None:
+            config = config.replace(ctx.url, "http://127.0.0.1:PORT").replace(str(tmp), "OUT")
+        command = (
+            shell_line(cmd)
+            .replace(ctx.url, "http://127.0.0.1:PORT")
+            .replace(str(tmp), "OUT")
+            .replace(f"{REPO}/", "")
+        )
+        print(f"  {tool.name} {label}: exit {rc}, {len(entries)} requests seen")
+        kept_posts = 0
+        for entry in entries:
+            if entry["method"] == "POST":
+                if kept_posts >= args.bodies_per_variant:
+                    continue
+                kept_posts += 1
+            elif (entry["method"], entry["path"]) in seen_others:
+                continue
+            else:
+                seen_others.add((entry["method"], entry["path"]))
+            fixtures.append({
+                "tool": tool.name, "version": version, "variant": label,
+                "command": command, "config_file": config, "tool_exit_code": rc,
+                "captured_utc": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
+                "method": entry["method"], "path": entry["path"],
+                "headers": _fixture_headers(entry["headers"]),
+                "body_text": entry["body_text"],
+                "response_status_at_capture": entry.get("response_status"),
+                "response_body_head_at_capture": (entry.get("response_body_text") or "")[:400]
+                if (entry.get("response_status") or 200) >= 400 else None,
+            })  # fmt: skip
+    return fixtures
+
+
+def _fmt(value: float | None, width: int = 8) -> str:
+    return f"{value:{width}.2f}" if value is not None else f"{'-':>{width}}"
+
+
+def print_table(rows: list[dict], args: argparse.Namespace) -> None:
+    print(
+        f"{args.rate:g} req/s each (tool + batchgate load), prompt ~{args.prompt_tokens} tokens, "
+        f"{args.output_tokens} output tokens (ignore_eos); targets |TTFT diff| <= "
+        f"{args.ttft_target_ms} ms, |ITL diff| <= {args.itl_target_ms} ms"
+    )
+    print(
+        f"{'tool':<15} {'version':<9} {'arr':<3} {'reqs':>5} {'errs':>4} | {'TTFT p50':>8} "
+        f"{'batchg':>8} {'diff':>7} | {'ITL p50':>8} {'batchg':>8} {'diff':>7} {'basis':>5} "
+        "| within"
+    )
+    for r in rows:
+        if "error" in r:
+            print(f"{r['tool']:<15} {r['version']:<9} {r['error']}")
+            continue
+        print(
+            f"{r['tool']:<15} {r['version']:<9} {r['arrival'][:3]:<3} {r['requests']:>5} "
+            f"{r['errors']:>4} | "
+            f"{_fmt(r['ttft_p50_ms'])} {_fmt(r['batchgate']['ttft_p50_ms'])} "
+            f"{_fmt(r['ttft_diff_ms'], 7)} | {_fmt(r['itl_p50_ms'])} "
+            f"{_fmt(r['batchgate_itl_compared_ms'])} {_fmt(r['itl_diff_ms'], 7)} "
+            f"{r['itl_basis']:>5} | {'yes' if r['within_target'] else 'no'}"
+        )
+    print("arr: the tool's arrivals (batchgate load beside it: poisson). ITL basis: batchgate's")
+    print("value is computed the tool's way from its records; tpot = per request (last-first)/")
+    print("(n-1), our TPOT; chunk = gaps between content chunks; itl0 = per-token gaps with a")
+    print("chunk's tokens stamped at its arrival (gap, then zeros); itl = our per-token ITL.")
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--guidellm", type=Path, help="venv (or python) with guidellm")
+    parser.add_argument("--aiperf", type=Path, help="venv (or python) with aiperf")
+    parser.add_argument("--inference-perf", type=Path, help="venv (or python) with inference-perf")
+    parser.add_argument(
+        "--openai-python", type=Path, default=Path(sys.executable), help="python with openai"
+    )
+    parser.add_argument(
+        "--locust-python", type=Path, default=Path(sys.executable),
+        help="python with locust and this repo (loadgen/locustfile.py)",
+    )  # fmt: skip
+    parser.add_argument("--tools", help="comma list: only these tools")
+    parser.add_argument("--tokenizer", type=Path, default=TOKENIZER, help="HF tokenizer dir")
+    parser.add_argument("--rate", type=float, default=5.0, help="req/s of each tool")
+    parser.add_argument("--requests", type=int, default=150, help="requests per tool run")
+    parser.add_argument("--prompt-tokens", type=int, default=128)
+    parser.add_argument("--output-tokens", type=int, default=64)
+    parser.add_argument("--ttft-target-ms", type=float, default=1.5)
+    parser.add_argument("--itl-target-ms", type=float, default=0.3)
+    parser.add_argument("--server-arg", action="append", default=[], help="extra server flag")
+    parser.add_argument(
+        "--tool-arg", action="append", default=[], metavar="TOOL=ARG",
+        help="append ARG to TOOL's command line in comparison runs (repeatable)",
+    )  # fmt: skip
+    parser.add_argument("--keep", type=Path, help="keep every tool's output under this dir")
+    parser.add_argument("--capture", type=Path, help="write request-body fixtures here instead")
+    parser.add_argument("--capture-requests", type=int, default=3)
+    parser.add_argument("--bodies-per-variant", type=int, default=2)
+    args = parser.parse_args()
+    tools = build_tools(
+        guidellm=args.guidellm, aiperf=args.aiperf, inference_perf=args.inference_perf,
+        openai_python=args.openai_python, locust_python=args.locust_python,
+    )  # fmt: skip
+    if args.tools:
+        wanted = set(args.tools.split(","))
+        tools = [t for t in tools if t.name in wanted]
+    if not tools:
+        parser.error("no client tool available")
+    with tempfile.TemporaryDirectory(prefix="bench-clients-") as tmp_name:
+        tmp = args.keep or Path(tmp_name)
+        tmp.mkdir(parents=True, exist_ok=True)
+        server = Server(tmp, ["--device", "cpu", *args.server_arg])
+        try:
+            server.warm_up()
+            if args.capture:
+                return _capture(tools, server, tmp, args)
+            rows = []
+            for tool in tools:
+                print(f"running {tool.name} beside batchgate load ...", flush=True)
+                rows.append(compare_tool(tool, server, tmp, args))
+        finally:
+            server.stop()
+    result = {
+        "cpu_count": os.cpu_count(),
+        "load_average": os.getloadavg(),
+        "rate_rps": args.rate,
+        "requests": args.requests,
+        "prompt_tokens": args.prompt_tokens,
+        "output_tokens": args.output_tokens,
+        "targets_ms": {"ttft": args.ttft_target_ms, "itl": args.itl_target_ms},
+        "tokenizer": str(args.tokenizer),
+        "rows": rows,
+    }
+    RESULTS.parent.mkdir(parents=True, exist_ok=True)
+    RESULTS.write_text(json.dumps(result, indent=2) + "\n")
+    print_table(rows, args)
+    print(f"wrote {RESULTS.relative_to(REPO)}")
+    return 0
+
+
+def _capture(tools: list[Tool], server: Server, tmp: Path, args: argparse.Namespace) -> int:
+    args.capture.mkdir(parents=True, exist_ok=True)
+    bad = []
+    for tool in tools:
+        print(f"capturing {tool.name} ...", flush=True)
+        fixtures = capture_tool(tool, server, tmp, args)
+        for n, fixture in enumerate(fixtures, start=1):
+            name = f"{tool.name}-{fixture['version']}-{n}.json"
+            (args.capture / name).write_text(json.dumps(fixture, indent=2) + "\n")
+            status = fixture["response_status_at_capture"]
+            if status is None or status >= 400:
+                bad.append((name, status, fixture["response_body_head_at_capture"]))
+        print(f"  wrote {len(fixtures)} fixtures")
+    for name, status, body in bad:
+        print(f"NOT 200 at capture: {name}: {status} {body}")
+    return 1 if bad else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
