@@ -149,7 +149,10 @@ def test_server_stall_shows_in_open_loop_p99_but_hides_in_closed_loop(
     # Closed loop: only the 2 in-flight requests see it; the users simply stop asking.
     assert max(closed) > 0.5
     assert len(closed) > 150
-    assert percentile(closed, 99) < 0.2
+    # Only the requests in flight when the stall hit (one per user) waited it out. A count, not
+    # a p99 bound in seconds: the p99 of ~150 samples sits next to those two and moved with the
+    # machine's load (0.32 s once on a loaded machine).
+    assert sum(1 for waited in closed if waited > 0.5) <= 2
     assert read_load(tmp_path / "closed")["mode"] == "closed"
     assert read_load(tmp_path / "closed")["target_rate_rps"] is None
 
