@@ -1,21 +1,25 @@
 """Benchmark: third-party load generators against `batchgate serve`, each beside `batchgate load`.
 
 For each client tool given (guidellm, AIPerf, inference-perf, the official `openai` SDK, plain
-Locust with loadgen/locustfile.py) it starts one bundled server, runs `batchgate load --profile
-steady` at --rate req/s, runs the tool at the same rate in the same window, then compares the
-medians the tool writes in its own output files with batchgate's (requests.jsonl of the records
-sent inside the tool's window, the gate's formulas): TTFT, and ITL like with like — a tool whose
-"ITL" is per request (E2E - TTFT) / (tokens - 1) (guidellm, AIPerf) against our TPOT, a pooled
-per-token or per-chunk one (inference-perf, the SDK, Locust's records) against our per-token ITL.
-Both send ~--prompt-tokens prompt tokens and exactly --output-tokens output tokens (ignore_eos).
-Prints a table and writes benchmarks/results/clients.json.
+Locust with loadgen/locustfile.py, and a second `batchgate load` as the A/A control) it runs,
+against one bundled server, `batchgate load --profile steady` (Poisson) at --rate req/s and the
+tool at the same rate in the same window, then compares the medians the tool writes in its own
+output files with batchgate's over the records sent inside the tool's window: TTFT, and ITL like
+with like — batchgate's value is computed from its records the way the tool defines "ITL"
+(client_tools.ToolResult.itl_basis: guidellm's and AIPerf's ITL are per-request TPOT,
+inference-perf stamps a chunk's tokens at its arrival, the SDK and Locust rows are gaps between
+chunks). Both send ~--prompt-tokens prompt tokens and exactly --output-tokens output tokens
+(ignore_eos). The A/A row (same client, another seed) is this machine's noise floor. Prints a
+table and writes benchmarks/results/clients.json.
 
     .venv/bin/python benchmarks/bench_clients.py --guidellm /tmp/clients/guidellm \
         --aiperf /tmp/clients/aiperf --inference-perf /tmp/clients/infperf [--rate 5]
 
-With --capture DIR it instead runs each tool's variants (chat/completions, stream or not; a few
-requests each) through benchmarks/body_proxy.py and writes the request bodies they sent as
-fixtures for tests/reference_server/api/test_client_bodies_replay.py.
+Each tool runs from its own venv (they pin conflicting versions; inference-perf needs Python
+3.12) with HF_HUB_OFFLINE=1 and the repo's reference_server/hf_tokenizer. With --capture DIR it
+instead runs each tool's variants (its bare defaults; chat/completions, stream or not; a few
+requests each) through benchmarks/body_proxy.py and writes the requests they sent as fixtures
+for tests/reference_server/api/test_client_bodies_replay.py.
 """
 
 from __future__ import annotations
@@ -34,7 +38,8 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from client_tools import RunContext, Tool, build_tools, shell_line
+from client_tool_base import RunContext, Tool, shell_line
+from client_tools import build_tools
 from record_medians import record_medians
 
 REPO = Path(__file__).resolve().parents[1]

@@ -21,98 +21,17 @@ from __future__ import annotations
 import csv
 import itertools
 import json
-import shlex
 import shutil
-import statistics
-import subprocess
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from client_tool_base import RunContext, Tool, ToolResult, median_ms, tool_bin
 from record_medians import record_medians
 
-__all__ = ["RunContext", "Tool", "ToolResult", "build_tools"]
+__all__ = ["build_tools"]
 
 REPO = Path(__file__).resolve().parents[1]
 AIPERF_TOKENIZER_REPO = "batchgate/byte-tokenizer"
-
-
-@dataclass(frozen=True, kw_only=True)
-class RunContext:
-    url: str  # http://127.0.0.1:PORT, no path
-    model: str
-    tokenizer: Path
-    rate_rps: float
-    requests: int
-    prompt_tokens: int
-    output_tokens: int
-    out_dir: Path
-    endpoint: str = "chat"  # chat | completions
-    stream: bool = True
-    # The tool's own defaults: no endpoint, streaming, length or ignore_eos options, only what
-    # it cannot run without (target, model, tokenizer, rate, request count).
-    bare: bool = False
-    variant: str = ""  # the capture variant's label ("" in comparison runs)
-
-
-@dataclass(kw_only=True)
-class ToolResult:
-    requests: int
-    errors: int
-    ttft_p50_ms: float | None
-    itl_p50_ms: float | None
-    # What the tool's ITL is, and so which of batchgate's values it is compared with:
-    # "tpot" per request (last token - first token) / (tokens - 1); "chunk" pooled gaps between
-    # content chunks; "itl0" pooled per-token gaps with a chunk's tokens all stamped at its
-    # arrival (its gap, then zeros); "itl" pooled per-token gaps spread over a chunk's tokens.
-    itl_basis: str
-    itl_field: str  # the tool's own name of the value compared
-    window_wall: tuple[float, float] | None = None  # first send, last end (time.time())
-    window_monotonic: tuple[float, float] | None = None
-    extra: dict[str, Any] = field(default_factory=dict)
-
-
-@dataclass(kw_only=True)
-class Tool:
-    name: str
-    python: Path  # interpreter of the tool's environment
-    endpoint: str = "chat"  # what its default run sends (batchgate load matches it)
-    arrival: str = "poisson"  # its arrival process in comparison runs (batchgate's: poisson)
-    # Capture runs: (label, endpoint, stream); "defaults" is a bare run (RunContext.bare).
-    variants: tuple[tuple[str, str, bool], ...] = (
-        ("defaults", "chat", True),
-        ("chat-stream", "chat", True),
-        ("completions-stream", "completions", True),
-        ("chat-nostream", "chat", False),
-    )
-
-    def version(self) -> str:
-        dist = {"openai-sdk": "openai", "batchgate-aa": "batchgate"}.get(self.name, self.name)
-        code = f"import importlib.metadata as m; print(m.version({dist!r}))"
-        out = subprocess.run([str(self.python), "-c", code], capture_output=True, text=True)
-        return out.stdout.strip() or "unknown"
-
-    def command(self, ctx: RunContext) -> list[str]:
-        raise NotImplementedError
-
-    def env(self, ctx: RunContext) -> dict[str, str]:
-        """Environment variables the run needs beside the offline Hugging Face switches."""
-        return {}
-
-    def config_text(self, ctx: RunContext) -> str | None:
-        """The config file the command names, if any (recorded with captured bodies)."""
-        return None
-
-    def read(self, ctx: RunContext) -> ToolResult:
-        raise NotImplementedError
-
-
-def _bin(python: Path, name: str) -> str:
-    return str(python.parent / name)
-
-
-def _median_ms(values: list[float]) -> float | None:
-    return statistics.median(values) * 1000 if values else None
 
 
 class Guidellm(Tool):
@@ -126,7 +45,7 @@ class Guidellm(Tool):
         if not ctx.bare:
             data += f",output_tokens={ctx.output_tokens}"
         return [
-            _bin(self.python, "guidellm"), "run",
+            tool_bin(self.python, "guidellm"), "run",
             "--backend", backend,
             # constant, not poisson: guidellm 0.8.1's poisson re-seeds its generator for every
             # request (every gap is the first draw, 0.204 s at 5 req/s) and races its start
@@ -165,7 +84,7 @@ class Guidellm(Tool):
 class AIPerf(Tool):
     def command(self, ctx: RunContext) -> list[str]:
         cmd = [
-            _bin(self.python, "aiperf"), "profile",
+            tool_bin(self.python, "aiperf"), "profile",
             "--model", ctx.model,
             "--url", ctx.url,
             "--tokenizer", AIPERF_TOKENIZER_REPO,
@@ -273,7 +192,7 @@ class InferencePerf(Tool):
         ctx.out_dir.mkdir(parents=True, exist_ok=True)
         path = ctx.out_dir / "config.yml"
         path.write_text(json.dumps(config, indent=2))  # JSON is YAML
-        return [_bin(self.python, "inference-perf"), "--config_file", str(path)]
+        return [tool_bin(self.python, "inference-perf"), "--config_file", str(path)]
 
     def config_text(self, ctx: RunContext) -> str | None:
         return (ctx.out_dir / "config.yml").read_text()
@@ -329,8 +248,8 @@ class OpenAISDK(Tool):
         return ToolResult(
             requests=len(rows),
             errors=len(rows) - len(ok),
-            ttft_p50_ms=_median_ms(ttfts),
-            itl_p50_ms=_median_ms(gaps),
+            ttft_p50_ms=median_ms(ttfts),
+            itl_p50_ms=median_ms(gaps),
             itl_basis="chunk",
             itl_field="gaps between content chunks (script)",
             window_monotonic=(min(r["sent_at"] for r in ok), max(r["done_at"] for r in ok))
@@ -353,7 +272,7 @@ class PlainLocust(Tool):
                 endpoint=ctx.endpoint, stream=ctx.stream, extra_body={"ignore_eos": True},
             )  # fmt: skip
         return [
-            _bin(self.python, "locust"), "-f", str(REPO / "loadgen" / "locustfile.py"),
+            tool_bin(self.python, "locust"), "-f", str(REPO / "loadgen" / "locustfile.py"),
             "--headless", "-u", "1", "-r", "1", "--host", ctx.url,
             "--loadgen-profile", "steady", "--loadgen-overrides-json", json.dumps(overrides),
             "--loadgen-out", str(ctx.out_dir / "run"), "--csv", str(ctx.out_dir / "locust"),
@@ -463,7 +382,3 @@ def build_tools(
         tools.append(PlainLocust(name="locust", python=python_of(locust_python)))
         tools.append(BatchgateAA(name="batchgate-aa", python=python_of(locust_python), variants=()))
     return tools
-
-
-def shell_line(cmd: list[str]) -> str:
-    return shlex.join(cmd)
