@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import gc
 import logging
 import os
 import socket
@@ -70,6 +71,12 @@ class DrainingServer(uvicorn.Server):
         self._loop = asyncio.get_running_loop()
         await super().startup(sockets=sockets)
         if self.started and not self.should_exit:
+            # Everything loaded at start (torch, the model, tokenizer, uvicorn) goes to the
+            # permanent generation: a full collection then scans only what serving allocates.
+            # Without this a gen-2 collection took 50-170 ms here, stalling the engine and
+            # every stream at once (chat TTFT p99 spikes during a Batch API job).
+            gc.collect()
+            gc.freeze()
             config = self._state.config
             logger.info("listening on http://%s:%d", config.host, self._port)
             if config.port_file:
