@@ -9,6 +9,7 @@ conditions (the engine does).
 from __future__ import annotations
 
 import bisect
+import math
 from collections import deque
 from dataclasses import dataclass, field
 
@@ -53,6 +54,7 @@ class Scheduler:
         self._batch_id = 0
         self._batch_members_left = 0
         self._batch_starved_steps = 0
+        self._last_interactive_arrival = -math.inf
 
     # -- configuration ---------------------------------------------------------------------
 
@@ -119,6 +121,21 @@ class Scheduler:
         seq.status = SequenceStatus.WAITING
         self._queue_of(seq).append(seq)
         self.num_waiting_by_class[seq.priority] += 1
+        if seq.priority == "interactive":
+            self._last_interactive_arrival = max(self._last_interactive_arrival, seq.arrival_time)
+
+    def _batch_running_limit(self, now: float) -> int:
+        """Sequence slots the batch class may hold now (`batch_max_running_with_interactive`)."""
+        cfg = self._config
+        cap = cfg.batch_max_running_with_interactive
+        if cap is None or cfg.shared_queue or cfg.policy != "continuous":
+            return cfg.max_num_seqs
+        active = (
+            self.num_running_by_class["interactive"] > 0
+            or self.num_waiting_by_class["interactive"] > 0
+            or now - self._last_interactive_arrival < cfg.interactive_active_ms / 1000.0
+        )
+        return min(cap, cfg.max_num_seqs) if active else cfg.max_num_seqs
 
     def remove(self, seq: Sequence) -> None:
         """Take `seq` out (finished, aborted, deadline) and free its blocks at once."""
@@ -313,7 +330,12 @@ class Scheduler:
         batch_policy = cfg.policy != "continuous"
         for name in self._admission_order():
             queue = self._queues[name]
+            # Separate queues only: in the shared one "batch" is never a queue name.
+            limit = self._batch_running_limit(now) if name == "batch" else cfg.max_num_seqs
+            running_in_class = self.num_running_by_class
             while queue and budget > 0 and len(self._running) < cfg.max_num_seqs:
+                if name == "batch" and running_in_class["batch"] >= limit:
+                    break
                 seq = queue[0]
                 if batch_policy and seq.batch_id != self._batch_id:
                     break

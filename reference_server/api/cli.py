@@ -58,6 +58,13 @@ ENGINE_FIELD_HELP: dict[str, str] = {
     "interactive requests are admitted before its head goes first",
     "batching.shared_queue": "put both priority classes in one FIFO (a deliberately bad "
     "setting, to demonstrate head-of-line blocking)",
+    "batching.batch_max_running_with_interactive": "most batch-class sequences running while "
+    "interactive traffic is active (continuous policy; 'none' = no cap): room for chat beside "
+    "offline jobs",
+    "batching.interactive_active_ms": "interactive traffic counts as active this long after its "
+    "last arrival, in milliseconds",
+    "batching.batch_api_priority": "priority class of Batch API job lines: batch (default) or "
+    "interactive (jobs on the chat path, a deliberately bad setting)",
 }
 for _cls in ("interactive", "batch"):
     ENGINE_FIELD_HELP.update(
@@ -74,6 +81,7 @@ for _cls in ("interactive", "batch"):
 
 _CHOICES = {
     ("engine", "batching.policy"): POLICIES,
+    ("engine", "batching.batch_api_priority"): ("batch", "interactive"),
     ("engine", "device"): DEVICES,
     ("server", "log_level"): LOG_LEVELS,
 }

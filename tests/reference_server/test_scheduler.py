@@ -197,6 +197,60 @@ def test_shared_queue_makes_interactive_wait_behind_batch():
     assert order.index("bg") < order.index("chat")
 
 
+def _batch_running_peaks(**batching: object) -> tuple[int, int]:
+    """Eight batch requests, then chat arriving every step for 12 steps, then none: the most
+    batch sequences running in one step while chat ran, and after it stopped."""
+    engine = make_engine(max_num_seqs=8, max_num_batched_tokens=64, **batching)
+    for i in range(8):
+        engine.add_request(f"bg{i}", PROMPT, _params(max_tokens=40), priority="batch")
+    engine.add_request("chat-first", PROMPT, _params(max_tokens=2))
+    with_chat = []
+    for step in range(12):
+        engine.add_request(f"chat{step}", PROMPT, _params(max_tokens=2))
+        engine.step()
+        with_chat.append(engine.stats().num_running_by_class["batch"])
+    while (
+        engine.stats().num_running_by_class["interactive"]
+        or engine.stats().num_waiting_by_class["interactive"]
+    ):
+        engine.step()
+    after = []
+    for _ in range(5):
+        engine.step()
+        after.append(engine.stats().num_running_by_class["batch"])
+    return max(with_chat), max(after)
+
+
+def test_batch_sequences_are_capped_while_chat_is_active_and_fill_the_slots_after():
+    # Chat first (arrived first): the batch class gets the cap, never more, while chat runs.
+    with_chat, after = _batch_running_peaks(
+        batch_max_running_with_interactive=2, interactive_active_ms=0
+    )
+    assert with_chat == 2
+    assert after == 8  # work-conserving: no chat, every slot
+    # The controls: no cap, or one queue for both classes (the cap does not apply there).
+    assert _batch_running_peaks(batch_max_running_with_interactive=None)[0] > 2
+    assert _batch_running_peaks(batch_max_running_with_interactive=2, shared_queue=True)[0] > 2
+
+
+def test_chat_counts_as_active_for_interactive_active_ms_after_its_last_arrival():
+    engine = make_engine(
+        max_num_seqs=8,
+        max_num_batched_tokens=64,
+        batch_max_running_with_interactive=1,
+        interactive_active_ms=60_000,
+    )
+    engine.add_request("chat", PROMPT, _params(max_tokens=1))
+    run_to_completion(engine)  # the chat is over, but arrived within the last minute
+    for i in range(4):
+        engine.add_request(f"bg{i}", PROMPT, _params(max_tokens=5), priority="batch")
+    engine.step()
+    assert engine.stats().num_running_by_class["batch"] == 1
+    engine.update_batching({"interactive_active_ms": 0.0})  # live: the window closes at once
+    engine.step()
+    assert engine.stats().num_running_by_class["batch"] == 4
+
+
 # -- preemption ---------------------------------------------------------------------------
 
 

@@ -53,8 +53,9 @@ class BatchLimits:
         # Every sequence slot, plus as many again waiting in the engine's batch queue: a lone
         # job keeps the engine full (the engine starts the next line the step a slot frees,
         # not after an event-loop round trip), and waiting batch lines never delay interactive
-        # requests, which are admitted first. Never more than the batch queue holds.
-        return max(1, min(2 * int(batching["max_num_seqs"]), int(batching["batch"]["max_waiting"])))
+        # requests, which are admitted first. Never more than the job class's queue holds.
+        queue = batching[batching.get("batch_api_priority", "batch")]
+        return max(1, min(2 * int(batching["max_num_seqs"]), int(queue["max_waiting"])))
 
 
 def limit_error(

@@ -1,13 +1,13 @@
 """One input line of a batch job: reading it, checking its envelope, running it, and the JSON
 line it leaves in the output or error file.
 
-Owns the line format (`{"custom_id", "method", "url", "body"}`), the per-line refusals that go
-to the error file with their line number (too long, bad JSON, wrong or unknown `url`, missing
-`custom_id`; duplicates are found by the caller), and `LineExecutor`, which serves a body
-through the same parsing and engine path as the HTTP handlers — `AsyncEngine.generate` with
-priority "batch" for completions, the embeddings batcher for embeddings — and returns OpenAI's
-output line `{"id", "custom_id", "response": {"status_code", "request_id", "body"}, "error"}`.
-It knows nothing about jobs, storage or the in-flight bound.
+Owns the line format (`{"custom_id", "method", "url", "body"}`), the per-line refusals that go to
+the error file with their line number (too long, bad JSON, wrong or unknown `url`, missing
+`custom_id`; duplicates are found by the caller), and `LineExecutor`, which serves a body through
+the same parsing and engine path as the HTTP handlers — `AsyncEngine.generate` in the
+`batch_api_priority` class (batch by default) for completions, the embeddings batcher for
+embeddings — and returns OpenAI's output line `{"id", "custom_id", "response": {"status_code",
+"request_id", "body"}, "error"}`. It knows nothing about jobs, storage or the in-flight bound.
 """
 
 from __future__ import annotations
@@ -203,7 +203,8 @@ def error_record(
 
 
 class LineExecutor:
-    """Runs envelopes through the server's own request path, in the batch class."""
+    """Runs envelopes through the server's own request path, in the class the live setting
+    `batch_api_priority` names (the batch class unless changed)."""
 
     def __init__(
         self, *, engine: Any, batcher: Any, limits: RequestLimits, model_name: str,
@@ -272,9 +273,11 @@ class LineExecutor:
             strict=self._strict,
         )
         shapes = ResponseShapes(request, self._model_name)
-        timer = RequestTimer(self._metrics, "batch")
+        # Read per line: a live change of batch_api_priority applies to the next line.
+        priority = self._engine.get_batching().get("batch_api_priority", "batch")
+        timer = RequestTimer(self._metrics, priority)
         stream = self._engine.generate(
-            shapes.request_id, request.prompt_token_ids, request.params, priority="batch"
+            shapes.request_id, request.prompt_token_ids, request.params, priority=priority
         )
         pieces: list[str] = []
         output = None

@@ -342,12 +342,16 @@ def test_files_and_finished_jobs_are_removed_after_the_retention_period(servers)
 
 
 def test_deleting_a_file_removes_it_unless_an_unfinished_job_reads_it(client):
-    uploaded = upload(client, completion_lines(30, max_tokens=64, prefix="d"))
+    # A job that runs for thousands of steps at 4 lines in flight, and a client that does not
+    # retry: the SDK retries a 409 after a back-off, and a short job could finish meanwhile
+    # (the test then passed or failed with the machine's speed).
+    no_retry = client.with_options(max_retries=0)
+    uploaded = upload(client, completion_lines(200, max_tokens=64, prefix="d"))
     batch = client.batches.create(
         input_file_id=uploaded.id, endpoint="/v1/completions", completion_window="1h"
     )
     with pytest.raises(openai.ConflictError):
-        client.files.delete(uploaded.id)
+        no_retry.files.delete(uploaded.id)
     client.batches.cancel(batch.id)
     wait_batch(client, batch.id)
     deleted = client.files.delete(uploaded.id)
@@ -362,3 +366,29 @@ def test_data_dir_holds_sqlite_and_files(server):
     data = Path(server.data_dir)
     assert (data / "batch.sqlite3").exists() and (data / "files").is_dir()
     assert "batch API data directory" in server.log()
+
+
+def test_batch_api_priority_interactive_runs_job_lines_in_the_chat_queue(client, http):
+    # The deliberately bad setting the default `jobs_interactive` preset applies, live.
+    changed = http.put("/admin/batching", json={"batch_api_priority": "interactive"})
+    assert changed.status_code == 200, changed.text
+    assert changed.json()["previous"]["batch_api_priority"] == "batch"
+    try:
+        before = metric(http.get("/metrics").text, "batchgate_ttft_seconds_count",
+                        priority="interactive")  # fmt: skip
+        after = http.get("/admin/steps", params={"limit": 1}).json()["latest_seq"]
+        batch = client.batches.create(
+            input_file_id=upload(client, completion_lines(20, max_tokens=4, prefix="q")).id,
+            endpoint="/v1/completions", completion_window="1h",
+        )  # fmt: skip
+        assert wait_batch(client, batch.id).status == "completed"
+        text = http.get("/metrics").text
+        assert metric(text, "batchgate_ttft_seconds_count", priority="interactive") == before + 20
+        page = http.get("/admin/steps", params={"after": after, "limit": 10000}).json()
+        assert all(r["num_running"]["batch"] + r["num_waiting"]["batch"] == 0
+                   for r in page["records"])  # fmt: skip
+        assert max(r["num_running"]["interactive"] for r in page["records"]) >= 1
+    finally:
+        http.put("/admin/batching", json={"batch_api_priority": "batch"})
+    bad = http.put("/admin/batching", json={"batch_api_priority": "offline"})
+    assert bad.status_code == 400 and bad.json()["error"]["param"] == "batch_api_priority"

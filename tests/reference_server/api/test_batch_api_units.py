@@ -117,6 +117,10 @@ def test_default_inflight_bound_fills_the_engine_and_stays_within_the_batch_queu
     batching = {"max_num_seqs": 64, "batch": {"max_waiting": 1024}}
     assert LIMITS.inflight_bound(batching) == 128
     assert LIMITS.inflight_bound({"max_num_seqs": 64, "batch": {"max_waiting": 50}}) == 50
+    # Job lines in the interactive class (batch_api_priority) are bounded by its queue.
+    moved = {"max_num_seqs": 64, "batch_api_priority": "interactive",
+             "interactive": {"max_waiting": 16}, "batch": {"max_waiting": 1024}}  # fmt: skip
+    assert LIMITS.inflight_bound(moved) == 16
     fixed = BatchLimits.from_config(ServerConfig(batch_max_inflight=3))
     assert fixed.inflight_bound(batching) == 3
 
