@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from reference_server.api.batch.openapi_paths import batch_paths, batch_schemas
 from reference_server.api.protocol import (
     CHAT_FIELDS,
     COMPLETION_FIELDS,
@@ -139,6 +140,7 @@ def openapi_document(*, version: str, strict: bool) -> dict[str, Any]:
             ]
         },
         "DetokenizeRequest": _request_schema(DETOKENIZE_FIELDS, strict),
+        **batch_schemas(strict=strict),
     }
     paths = {
         "/v1/chat/completions": _post(
@@ -156,6 +158,7 @@ def openapi_document(*, version: str, strict: bool) -> dict[str, Any]:
         "/version": _get("the server's version"),
         "/openapi.json": _get("this document"),
         "/admin/steps": _get("engine step records"),
+        **batch_paths(),
         "/admin/batching": {
             **_get("live batching settings"),
             "put": {

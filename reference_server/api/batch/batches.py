@@ -26,13 +26,20 @@ from .files import page_query, service_of
 from .limits import ENDPOINTS, limit_error, parse_completion_window
 from .store import new_id
 
-__all__ = ["CREATE_FIELDS", "batch_object", "routes"]
+__all__ = [
+    "CREATE_FIELDS",
+    "MAX_METADATA_KEYS",
+    "MAX_METADATA_KEY_CHARS",
+    "MAX_METADATA_VALUE_CHARS",
+    "batch_object",
+    "routes",
+]
 
 CREATE_FIELDS = ("input_file_id", "endpoint", "completion_window", "metadata",
                  "output_expires_after")  # fmt: skip
-_MAX_METADATA_KEYS = 16
-_MAX_METADATA_KEY_CHARS = 64
-_MAX_METADATA_VALUE_CHARS = 512
+MAX_METADATA_KEYS = 16
+MAX_METADATA_KEY_CHARS = 64
+MAX_METADATA_VALUE_CHARS = 512
 
 
 def _ts(value: float | None) -> int | None:
@@ -83,17 +90,17 @@ def _metadata(reader: BodyReader) -> dict[str, str] | None:
         return None
     if not isinstance(raw, dict):
         raise APIError.invalid("metadata", f"must be an object, got {type_name(raw)}")
-    if len(raw) > _MAX_METADATA_KEYS:
-        raise APIError.invalid("metadata", f"at most {_MAX_METADATA_KEYS} keys")
+    if len(raw) > MAX_METADATA_KEYS:
+        raise APIError.invalid("metadata", f"at most {MAX_METADATA_KEYS} keys")
     for key, value in raw.items():
-        if len(key) > _MAX_METADATA_KEY_CHARS:
+        if len(key) > MAX_METADATA_KEY_CHARS:
             raise APIError.invalid(
-                "metadata", f"keys are at most {_MAX_METADATA_KEY_CHARS} characters"
+                "metadata", f"keys are at most {MAX_METADATA_KEY_CHARS} characters"
             )
-        if not isinstance(value, str) or len(value) > _MAX_METADATA_VALUE_CHARS:
+        if not isinstance(value, str) or len(value) > MAX_METADATA_VALUE_CHARS:
             raise APIError.invalid(
                 f"metadata.{key}",
-                f"must be a string of at most {_MAX_METADATA_VALUE_CHARS} characters",
+                f"must be a string of at most {MAX_METADATA_VALUE_CHARS} characters",
             )
     return raw
 

@@ -222,6 +222,23 @@ def test_openapi_lists_every_accepted_field_and_the_strict_mode():
     orjson.dumps(strict)  # plain JSON all the way down
 
 
+def test_openapi_documents_every_route_and_method_the_app_serves():
+    from reference_server.api.app import build_app
+
+    paths = openapi_document(version="9", strict=False)["paths"]
+    for route in build_app(None).routes:  # type: ignore[arg-type]
+        assert route.path in paths, route.path
+        for method in route.methods - {"HEAD"}:
+            assert method.lower() in paths[route.path], (route.path, method)
+    create = openapi_document(version="9", strict=True)["components"]["schemas"]
+    assert create["BatchCreateRequest"]["required"] == [
+        "input_file_id",
+        "endpoint",
+        "completion_window",
+    ]
+    assert create["BatchCreateRequest"]["additionalProperties"] is False
+
+
 def test_tokenize_and_detokenize_shapes():
     assert tokenize({"prompt": "ab"}, tokenizer=TOKENIZER, max_messages=3, strict=False).body(
         64
