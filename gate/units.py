@@ -86,8 +86,9 @@ class Threshold:
     kind: UnitKind
     text: str
     of_total: bool = False
-    # "unloaded": `value` is a factor of the calibration's unloaded median of the gate's metric
-    # (calibration.json); the judge turns it into an absolute limit before judging.
+    # "unloaded": `value` is a factor of the calibration's unloaded median of the gate's metric;
+    # "capacity": of its saturation rate (calibration.json). The judge turns it into an
+    # absolute limit before judging.
     reference: str | None = None
 
     def __post_init__(self) -> None:
@@ -131,7 +132,7 @@ def parse_quantity(
     return value
 
 
-REFERENCES = ("unloaded",)
+REFERENCES = ("unloaded", "capacity")
 _RELATIVE_RE = re.compile(
     r"^\s*(<=|>=|==|<|>)\s*((?:\d+\.?\d*|\.\d+)(?:[eE][-+]?\d+)?)\s*x\s+([a-z_]+)\s*$"
 )
@@ -150,12 +151,18 @@ def parse_threshold(text: object, *, kind: UnitKind) -> Threshold:
         if reference not in REFERENCES:
             raise UnitError(
                 f"unknown reference {reference!r} in {text!r}; use {', '.join(REFERENCES)} "
-                '(e.g. "< 4x unloaded": four times the calibrated unloaded median)'
+                '(e.g. "< 4x unloaded": four times the calibrated unloaded median; '
+                '"> 0.4x capacity": 40% of the calibrated saturation rate)'
             )
-        if kind is not UnitKind.DURATION:
+        if reference == "unloaded" and kind is not UnitKind.DURATION:
             raise UnitError(
                 f"{text!r}: a multiple of the unloaded service time fits only time metrics "
                 "(ttft, e2e, tpot, itl, ...)"
+            )
+        if reference == "capacity" and kind is not UnitKind.RATE:
+            raise UnitError(
+                f"{text!r}: a fraction of the calibrated capacity fits only rate metrics "
+                "(batch_job_output_tokens_per_second, achieved_rate)"
             )
         if not math.isfinite(number) or number <= 0:
             raise UnitError(f"{text!r}: the factor must be a positive number")

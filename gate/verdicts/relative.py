@@ -1,10 +1,11 @@
-"""Thresholds relative to the target's calibration (`fail: "< 4x unloaded"`) made absolute.
+"""Thresholds relative to the target's calibration (`"< 4x unloaded"`, `"> 0.4x capacity"`)
+made absolute.
 
 Owns the lookup of a gate's reference in calibration.json — the unloaded median of the gate's
-metric for its length class (short unless the gate's scope names one) — and the resolved
-threshold whose text says both forms ("< 4x unloaded = 72 ms"). A gate whose reference is
-missing is not judged: the caller reports it as no data (a relative gate never passes
-unreferenced). It does not measure or calibrate (`gate.orchestrator.calibration`).
+metric, or its saturation rate (capacity), for its length class (short unless the gate's scope
+names one) — and the resolved threshold whose text says both forms ("< 4x unloaded = 72 ms"). A
+gate whose reference is missing is not judged: the caller reports it as no data (a relative gate
+never passes unreferenced). It does not measure or calibrate (`gate.orchestrator.calibration`).
 """
 
 from __future__ import annotations
@@ -17,7 +18,13 @@ from typing import Any
 from gate.gates.model import Gate
 from gate.units import Threshold, format_value
 
-__all__ = ["UNLOADED_METRICS", "resolve_relative", "unloaded_reference"]
+__all__ = [
+    "CAPACITY_METRICS",
+    "UNLOADED_METRICS",
+    "capacity_reference",
+    "resolve_relative",
+    "unloaded_reference",
+]
 
 # The calibrated metric a gate's metric is a multiple of (same clock, same definition).
 UNLOADED_METRICS = {
@@ -28,6 +35,13 @@ UNLOADED_METRICS = {
     "e2e_from_planned": "e2e",
     "tpot": "tpot",
     "itl": "itl",
+}
+
+# The calibrated saturation rate a gate's rate metric is a fraction of ("> 0.4x capacity"):
+# what the target completes with many closed-loop users, for the calibration's short mix.
+CAPACITY_METRICS = {
+    "batch_job_output_tokens_per_second": "output_tokens_per_second",
+    "achieved_rate": "rps",
 }
 
 
@@ -47,6 +61,24 @@ def unloaded_reference(
     return float(value), None
 
 
+def capacity_reference(
+    calibration: Mapping[str, Any] | None, metric: str, length_class: str
+) -> tuple[float | None, str | None]:
+    """(saturation rate in the metric's unit, None) or (None, why there is none)."""
+    if calibration is None:
+        return None, "the run has no calibration.json (relative thresholds need one)"
+    base = CAPACITY_METRICS.get(metric)
+    if base is None:
+        return None, f"metric {metric!r} has no calibrated capacity"
+    value = ((calibration.get("capacity") or {}).get(length_class) or {}).get(base)
+    if not isinstance(value, (int, float)) or not math.isfinite(value) or value <= 0:
+        return None, f"calibration.json has no capacity {base} for {length_class} requests"
+    return float(value), None
+
+
+_LOOKUPS = {"unloaded": unloaded_reference, "capacity": capacity_reference}
+
+
 def _resolve(threshold: Threshold | None, reference: float) -> Threshold | None:
     if threshold is None or threshold.reference is None:
         return threshold
@@ -63,12 +95,14 @@ def resolve_relative(gate: Gate, calibration: Mapping[str, Any] | None) -> tuple
     classes = gate.scope.length_class or ("short",)
     if len(classes) != 1:
         return gate, "a relative threshold needs one length class in the gate's scope"
-    reference, problem = unloaded_reference(calibration, gate.metric, classes[0])
-    if reference is None:
-        return gate, problem
-    return (
-        dataclasses.replace(
-            gate, fail=_resolve(gate.fail, reference), warn=_resolve(gate.warn, reference)
-        ),
-        None,
-    )
+    resolved: dict[str, Threshold | None] = {}
+    for which in ("fail", "warn"):
+        threshold = getattr(gate, which)
+        if threshold is None or threshold.reference is None:
+            resolved[which] = threshold
+            continue
+        reference, problem = _LOOKUPS[threshold.reference](calibration, gate.metric, classes[0])
+        if reference is None:
+            return gate, problem
+        resolved[which] = _resolve(threshold, reference)
+    return dataclasses.replace(gate, **resolved), None

@@ -65,3 +65,21 @@ def test_without_a_calibration_the_gate_is_no_data_and_never_passes(tmp_path):
     assert verdict.status.value == "no_data"
     assert "calibration.json" in verdict.reason
     assert int(evaluation.exit_code) == 5
+
+
+@pytest.mark.parametrize(
+    ("text", "kind", "message"),
+    [
+        ("< 4x capacity", UnitKind.DURATION, "fits only rate metrics"),
+        ("> 0.3x unloaded", UnitKind.RATE, "fits only time metrics"),
+        ("> -1x capacity", UnitKind.RATE, "cannot read"),
+    ],
+)
+def test_a_reference_fits_only_its_kind_of_metric(text, kind, message):
+    with pytest.raises(UnitError, match=message):
+        parse_threshold(text, kind=kind)
+
+
+def test_the_capacity_form_keeps_its_factor_and_reference():
+    threshold = parse_threshold("> 0.25x capacity", kind=UnitKind.RATE)
+    assert (threshold.op, threshold.value, threshold.reference) == (">", 0.25, "capacity")
