@@ -1,10 +1,11 @@
 """Which gates a target can measure at all, from what it told the start-of-run look.
 
-Owns the rule "a server-side gate needs these scrape names, or the bundled server's step
-records" per glossary metric, turned into a reason when the target has neither (a server without
-/metrics, or one whose name map marks the names not exposed: vLLM has no recomputed-token
-counter, no count of KV blocks in use). Client-side, run and sampler gates are always
-measurable here. It does not drop gates (`gate.orchestrator.suite`) or judge them.
+Owns the rule "a server-side gate needs these scrape names, or the bundled server's step records"
+per glossary metric, turned into a reason when the target has neither (a server without /metrics,
+or one whose name map marks the names not exposed: vLLM has no recomputed-token counter, no count
+of KV blocks in use), and the rule that the offline job's gates need the OpenAI Batch API. Other
+client-side, run and sampler gates are always measurable here. It does not drop gates
+(`gate.orchestrator.suite`) or judge them.
 """
 
 from __future__ import annotations
@@ -13,7 +14,7 @@ from gate import glossary
 from gate.gates.model import Gate
 from gate.orchestrator.target import TargetInfo
 
-__all__ = ["SERVER_METRIC_NEEDS", "unmeasurable_reason"]
+__all__ = ["BATCH_API_PROFILES", "SERVER_METRIC_NEEDS", "unmeasurable_reason"]
 
 # Glossary metric -> (scrape names that must all be available, whether step records suffice).
 SERVER_METRIC_NEEDS: dict[str, tuple[tuple[str, ...], bool]] = {
@@ -29,8 +30,23 @@ SERVER_METRIC_NEEDS: dict[str, tuple[tuple[str, ...], bool]] = {
 }
 
 
+# The load generator's profile that submits a Batch API job (the gate package does not import
+# loadgen): on a target without /v1/batches its chat ratio would compare chat with chat and
+# pass without a job ever running, so its gates are not measurable there, like the job's own.
+BATCH_API_PROFILES = ("offline_job",)
+
+
+def _needs_batch_api(gate: Gate) -> bool:
+    scoped = set(gate.scope.profile or ())
+    return gate.metric.startswith("batch_job_") or bool(
+        scoped and scoped <= set(BATCH_API_PROFILES)
+    )
+
+
 def unmeasurable_reason(gate: Gate, info: TargetInfo) -> str | None:
     """Why `info`'s target can never give `gate` a value; None when it can (or may)."""
+    if info.no_batch_api is not None and _needs_batch_api(gate):
+        return f"not measurable on this {info.server_kind} target ({info.no_batch_api})"
     entry = glossary.get_metric(gate.metric)
     if entry.source is not glossary.Source.SERVER:
         return None

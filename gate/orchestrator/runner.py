@@ -35,7 +35,7 @@ from gate.orchestrator.processes import ChildProcess, ProcessError
 from gate.orchestrator.run_config import RunConfig, RunResult
 from gate.orchestrator.server import BundledServer, start_bundled_server
 from gate.orchestrator.session import ProfileSession, SessionSettings
-from gate.orchestrator.suite import Suite, select_suite
+from gate.orchestrator.suite import Suite, orphaned_profiles, select_suite
 from gate.orchestrator.target import TargetClient, TargetError, TargetInfo
 from gate.outputs.files import write_outputs
 from gate.rundir.abort import AbortRecord
@@ -146,6 +146,15 @@ class _Run:
         self.manifest.extra["gates_skipped"] = list(self.suite.skipped)
         for name, why in unmeasurable.items():
             self.view.message(f"batchgate: left out {name}: {why}")
+        orphaned = orphaned_profiles(c.gates_file, self.suite.gates_file)
+        if orphaned:
+            # Load that no gate would look at: not sent (a foreign target's time is not free).
+            self.plans = tuple(p for p in self.plans if p.name not in orphaned)
+            self.manifest.extra["profiles_left_out"] = {
+                name: "every gate on it is not measurable on this target" for name in orphaned
+            }
+            for name in orphaned:
+                self.view.message(f"batchgate: profile {name} not run: no gate on it is measurable")
 
     def _apply_live_preset(self, url: str) -> None:
         c = self.config

@@ -21,7 +21,7 @@ import yaml
 from gate.gates.file import loads
 from gate.gates.model import Gate, GatesFile
 
-__all__ = ["Suite", "select_suite"]
+__all__ = ["Suite", "orphaned_profiles", "select_suite"]
 
 SUITE_FILE = "gates.yaml"
 
@@ -51,6 +51,20 @@ def _skip_reason(
     if missing:
         return f"{gate.name} (reference profile {', '.join(sorted(missing))} not run)"
     return None
+
+
+def orphaned_profiles(original: GatesFile, effective: GatesFile) -> list[str]:
+    """Profiles that gates of `original` were scoped to (or compared with) and no gate of
+    `effective` is: every gate on them was left out."""
+
+    def named(gates_file: GatesFile) -> set[str]:
+        found: set[str] = set()
+        for gate in gates_file.gates:
+            found.update(gate.scope.profile or ())
+            found.update(_needs(gate))
+        return found
+
+    return sorted(named(original) - named(effective))
 
 
 def select_suite(

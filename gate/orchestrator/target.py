@@ -59,6 +59,8 @@ class TargetInfo:
     has_metrics: bool = True
     # glossary scrape names the server's name map cannot give ({name: why})
     unavailable: dict[str, str] = field(default_factory=dict)
+    # None when the target has an OpenAI Batch API (/v1/batches), else why not.
+    no_batch_api: str | None = None
 
     def to_manifest(self) -> dict[str, Any]:
         return {
@@ -66,6 +68,7 @@ class TargetInfo:
             "server_kind": self.server_kind,
             "has_metrics": self.has_metrics,
             "has_step_records": self.has_step_records,
+            "has_batch_api": self.no_batch_api is None,
             "model": self.model,
             "batching": self.batching,
             "batching_hash": settings_hash(self.batching),
@@ -135,6 +138,14 @@ class TargetClient:
         except ValueError:
             return None
         return body if isinstance(body, dict) else None
+
+    def batch_api_problem(self) -> str | None:
+        """None when /v1/batches is served (any answer but 404/405/501: a 401 still means
+        the API is there), else why the offline_job profile cannot run here."""
+        response = self._get("/v1/batches?limit=1", self._api_headers)
+        if response.status_code in (404, 405, 501):
+            return f"the target has no Batch API (/v1/batches answered HTTP {response.status_code})"
+        return None
 
     def has_step_records(self) -> bool:
         response = self._get("/admin/steps?limit=1", self._admin_headers)
@@ -226,6 +237,7 @@ class TargetClient:
             has_step_records=self.has_step_records(),
             has_metrics=has_metrics,
             unavailable=_unavailable(kind, has_metrics),
+            no_batch_api=self.batch_api_problem(),
         )
 
 

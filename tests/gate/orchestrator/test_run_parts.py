@@ -52,6 +52,8 @@ def test_every_default_preset_is_accepted_by_the_server_command_line() -> None:
     assert engines["small_kv"].num_gpu_blocks_override == 16
     assert engines["static"].batching.policy == "static"
     assert engines["shared_queue"].batching.shared_queue is True
+    assert engines["jobs_interactive"].batching.batch_api_priority == "interactive"
+    assert engines["starved_job"].batching.batch.max_waiting == 1
     big = engines["big_window"].batching
     assert big.policy == "dynamic" and big.interactive.max_wait_ms == 200.0
     safe = engines["safe"].batching
@@ -62,7 +64,10 @@ def test_suite_keeps_the_gates_of_the_profiles_run(tmp_path: Path) -> None:
     gates = load(GATES)
     text = GATES.read_text(encoding="utf-8")
     full = select_suite(
-        gates, text, ["night_trickle", "burst", "mixed_lengths", "priority_mix"], tmp_path / "all"
+        gates,
+        text,
+        ["night_trickle", "burst", "mixed_lengths", "priority_mix", "offline_job"],
+        tmp_path / "all",
     )
     assert full.skipped == ()
     assert (tmp_path / "all" / "gates.yaml").read_text(encoding="utf-8") == text
@@ -161,3 +166,33 @@ def test_profile_list_is_split_on_commas(text: str) -> None:
     from gate.orchestrator.plan import choose_profiles
 
     assert choose_profiles(load(GATES), text) == [p.strip() for p in text.split(",")]
+
+
+def test_without_a_batch_api_the_offline_job_gates_and_profile_are_left_out(
+    tmp_path: Path,
+) -> None:
+    from gate.orchestrator.capabilities import unmeasurable_reason
+    from gate.orchestrator.suite import orphaned_profiles
+    from gate.orchestrator.target import TargetInfo
+
+    gates = load(GATES)
+    profiles = ["night_trickle", "burst", "mixed_lengths", "priority_mix", "offline_job"]
+    why = "the target has no Batch API (/v1/batches answered HTTP 404)"
+    info = TargetInfo(
+        url="http://127.0.0.1:9", server_kind="openai", model="m", batching=None, no_batch_api=why
+    )
+    unmeasurable = {g.name: r for g in gates.gates if (r := unmeasurable_reason(g, info))}
+    # The chat ratio would compare chat with chat and pass with no job run: left out too.
+    assert set(unmeasurable) == {
+        "chat_during_offline_job",
+        "offline_job_throughput",
+        "offline_job_completed",
+    }
+    assert all(why in r for r in unmeasurable.values())
+    suite = select_suite(
+        gates, GATES.read_text(encoding="utf-8"), profiles, tmp_path, unmeasurable=unmeasurable
+    )
+    assert orphaned_profiles(gates, suite.gates_file) == ["offline_job"]
+    with_api = TargetInfo(url="http://127.0.0.1:9", server_kind="openai", model="m", batching=None)
+    assert not [g for g in gates.gates if unmeasurable_reason(g, with_api)]
+    assert orphaned_profiles(gates, gates) == []
