@@ -2,7 +2,8 @@
 
 Owns locating profiles (a run directory with `manifest.json` and one sub-directory per profile,
 or a single `batchgate load --out DIR` directory), reading `manifest.json`, `load.json`, and the
-observer files (`steps.jsonl` as columns, `scrapes.jsonl` and `gpu.jsonl` as records), and noting
+observer files (`steps.jsonl` as columns, `scrapes.jsonl`, `gpu.jsonl` and the offline job's
+`batch_job.jsonl` as records), and noting
 what was odd (partial last lines, missed step records, missing files) so verdicts can say so.
 It does not judge anything: a missing file is recorded, not treated as a failure, here.
 """
@@ -80,6 +81,8 @@ class ProfileData:
     steps: StepColumns | None
     scrapes: list[dict[str, Any]] | None
     gpu: list[dict[str, Any]] | None
+    # batch_job.jsonl (the offline_job profile's Batch API job timeline), None without one.
+    job_events: list[dict[str, Any]] | None = None
     notes: tuple[str, ...] = ()
     # An `abort_on_fail` gate stopped this profile (abort.json), and the profile's files as the
     # deciding check read them (its line counts, its stand-in for load.json).
@@ -212,6 +215,7 @@ def _profile(name: str, directory: Path) -> ProfileData:
     steps = _steps(directory / "steps.jsonl", notes)
     scrapes = _read_jsonl(directory / "scrapes.jsonl", notes)
     gpu = _read_jsonl(directory / "gpu.jsonl", notes)
+    job_events = _read_jsonl(directory / "batch_job.jsonl", notes)
     try:
         abort = read_abort(directory)
     except AbortRecordError as exc:
@@ -227,6 +231,7 @@ def _profile(name: str, directory: Path) -> ProfileData:
         steps=steps,
         scrapes=scrapes,
         gpu=gpu,
+        job_events=job_events,
         notes=tuple(notes),
         abort=abort,
         abort_view=view,

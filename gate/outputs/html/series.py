@@ -1,12 +1,13 @@
 """The data behind every figure of the HTML report, measured through `gate.metrics.derive` only.
 
-Owns what each figure shows and where its numbers come from: latency CDFs (TTFT, ITL, E2E,
-split by priority and length class where a profile has more than one), and time series in bins
-over the profile (offered / achieved / completed rate, rolling p99 TTFT per class, queue length
-per class, KV usage, memory, step latency), each bin's value being `gate.metrics.derive.measure` on
-the profile clipped to that bin (`gate.outputs.html.slices`). Stages (burst baseline / spike /
-recovery) and the warm-up become shaded bands. A figure without data carries the reason instead. It
-does not draw (`gate.outputs.html.svg`) or lay out the page (`gate.outputs.html.report`).
+Owns what each figure shows and where its numbers come from: latency CDFs (TTFT, ITL, E2E, split by
+priority and length class where a profile has more than one), and time series in bins over the
+profile (offered / achieved / completed rate, rolling p99 TTFT per class, queue length per class,
+the offline job's timeline beside the chat latency, KV usage, memory, step latency), each bin's
+value being `gate.metrics.derive.measure` on the profile clipped to that bin
+(`gate.outputs.html.slices`). Stages (burst baseline / spike / recovery) and the warm-up become
+shaded bands. A figure without data carries the reason instead. It does not draw
+(`gate.outputs.html.svg`) or lay out the page (`gate.outputs.html.report`).
 """
 
 from __future__ import annotations
@@ -304,6 +305,51 @@ def _series_figure(
     return Figure(**common, lines=tuple(lines), y_min=0.0, note=note or None)
 
 
+def _job_figure(profile: ProfileData, axis: TimeAxis, bands: tuple[Band, ...]) -> Figure | None:
+    """The Batch API job's timeline (offline_job): lines done as the job driver saw them, on
+    the same axis as the chat latency above it; None for a profile without a job."""
+    events = profile.job_events
+    if events is None:
+        return None
+    common = {
+        "key": "job",
+        "title": "Batch API job timeline",
+        "x_label": "seconds since the window start",
+        "y_label": "job lines",
+        "x_unit": UnitKind.DURATION,
+        "y_unit": UnitKind.COUNT,
+    }
+    summary = next((e for e in events if e.get("event") == "summary"), {})
+    counted = [
+        (float(e["monotonic"]) - axis.origin, e["request_counts"])
+        for e in events
+        if isinstance(e.get("monotonic"), (int, float))
+        and isinstance(e.get("request_counts"), dict)
+    ]
+    if not counted:
+        why = summary.get("error") or summary.get("status") or "no poll with request counts"
+        return Figure(**common, bands=bands, no_data=f"the job has no timeline ({why})")
+    x = np.array([t for t, _ in counted])
+    lines = [
+        Line(label=f"lines {key}", x=x, y=np.array([float(c.get(key) or 0) for _, c in counted]),
+             step=True, markers=len(counted) < 20)
+        for key in ("completed", "failed")
+    ]  # fmt: skip
+    job_bands = list(bands)
+    start, end = summary.get("submitted_at"), summary.get("completed_at")
+    if isinstance(start, (int, float)):
+        stop = end if isinstance(end, (int, float)) else summary.get("ended_at")
+        if isinstance(stop, (int, float)):
+            job_bands.append(
+                Band(start=start - axis.origin, end=stop - axis.origin, label="job running")
+            )
+    total = summary.get("lines_total")
+    note = f"job {summary.get('status', 'unfinished')}"
+    if isinstance(total, int):
+        note += f", {total} lines sent"
+    return Figure(**common, bands=tuple(job_bands), lines=tuple(lines), y_min=0.0, note=note)
+
+
 def _server_classes(profile: ProfileData) -> list[str]:
     classes: set[str] = set()
     if profile.steps is not None:
@@ -336,6 +382,7 @@ def _time_figures(profile: ProfileData, axis: TimeAxis) -> list[Figure]:
         step_trail = max(axis.bin_seconds, _HISTOGRAM_TRAIL_SECONDS)
         step_note = f"estimate from the step histogram over the trailing {step_trail:.3g} s"
     slices = _Slices(profile)
+    job = _job_figure(profile, axis, bands)
     return [
         _rate_figure(profile, axis, bands),
         _series_figure(
@@ -343,6 +390,7 @@ def _time_figures(profile: ProfileData, axis: TimeAxis) -> list[Figure]:
             y_label="TTFT p99", y_unit=UnitKind.DURATION, metric="ttft", curves=ttft_curves,
             trail=rolling, note=f"p99 of requests sent in the trailing {rolling:.3g} s",
         ),
+        *([job] if job is not None else []),
         _series_figure(
             slices, axis, bands, key="queue", title="Queue length per priority class",
             y_label="waiting requests", y_unit=UnitKind.COUNT, metric="queue_length",
