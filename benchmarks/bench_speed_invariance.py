@@ -12,7 +12,7 @@ The claim it checks: the default passes every run; each preset fails its own gat
 never by `inconclusive`.
 
     .venv/bin/python benchmarks/bench_speed_invariance.py [--runs 3] [--conditions idle,busy,slow]
-        [--settings default,big_window,static,small_kv,shared_queue]
+        [--settings default,big_window,static,small_kv,shared_queue,jobs_interactive,starved_job]
 """
 
 from __future__ import annotations
@@ -42,12 +42,24 @@ SETTINGS: dict[str, tuple[list[str], str | None, str | None]] = {
         "priority_mix",
         "priority_precedence@priority_mix",
     ),
+    "jobs_interactive": (
+        ["--preset", "jobs_interactive"],
+        "offline_job",
+        "chat_during_offline_job@offline_job",
+    ),
+    "starved_job": (
+        ["--preset", "starved_job"],
+        "offline_job",
+        "offline_job_throughput@offline_job",
+    ),
 }
 KEY_GATES = (
     "trickle_ttft@night_trickle",
     "mixed_short_e2e@mixed_lengths",
     "burst_recompute_ratio@burst",
     "priority_precedence@priority_mix",
+    "chat_during_offline_job@offline_job",
+    "offline_job_throughput@offline_job",
 )
 
 

@@ -15,6 +15,7 @@ from gate.units import UnitError, UnitKind, parse_quantity
 __all__ = ["PresetReader"]
 
 _POLICIES = ("continuous", "dynamic", "static")
+_PRIORITIES = ("batch", "interactive")
 _CLASS_KEYS = {
     "max_waiting": "int0",
     "max_batch_size": "int1",
@@ -27,6 +28,9 @@ _PRESET_KEYS = {
     "max_num_batched_tokens": "int1",
     "max_prefill_chunk_tokens": "int0",
     "shared_queue": "bool",
+    "batch_api_priority": "priority",
+    "batch_max_running_with_interactive": "opt_int1",
+    "interactive_active_ms": "num0",
     "kv_cache_memory_bytes": "bytes",
     "num_gpu_blocks_override": "int1",
     "interactive": "class",
@@ -54,6 +58,10 @@ class PresetReader(FieldReader):
         if kind == "policy":
             if value not in _POLICIES:
                 raise self.err(kp, f"policy must be one of {', '.join(_POLICIES)}")
+            return value
+        if kind == "priority":
+            if value not in _PRIORITIES:
+                raise self.err(kp, f"must be one of {', '.join(_PRIORITIES)}, got {value!r}")
             return value
         if kind == "bool":
             return self.boolean(value, kp)

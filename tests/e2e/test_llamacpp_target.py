@@ -32,6 +32,8 @@ SLOTS, CONTEXT = 8, 32768
 # What the packaged defaults ask that llama.cpp does not expose (no recompute counter, no KV
 # block gauge since ggml-org/llama.cpp#13660): never judged, listed instead.
 NOT_MEASURABLE = {"burst_recompute_ratio", "kv_leak_after_drain"}
+# No OpenAI Batch API (/v1/batches answers 404): the offline job's gates, and so its profile.
+NO_BATCH_API = {"chat_during_offline_job", "offline_job_throughput", "offline_job_completed"}
 CLIENT_GATES = {"no_errors", "trickle_ttft", "mixed_short_e2e", "priority_precedence"}
 
 
@@ -119,8 +121,11 @@ def test_default_suite_against_llama_server(tmp_path: Path, llama_server: str) -
     manifest = read_json(run_dir / "manifest.json")
     assert manifest["target"]["server_kind"] == "llamacpp"
     not_measurable = manifest["gates_not_measurable"]
-    assert set(not_measurable) >= NOT_MEASURABLE, not_measurable
+    assert set(not_measurable) >= NOT_MEASURABLE | NO_BATCH_API, not_measurable
     assert all("not measurable on this llamacpp target" in why for why in not_measurable.values())
+    assert all("no Batch API" in not_measurable[name] for name in NO_BATCH_API)
+    assert list(manifest["profiles_left_out"]) == ["offline_job"]  # no gate would look at it
+    assert "offline_job" not in manifest["profiles"]
 
     calibration = read_json(run_dir / "calibration.json")
     assert calibration["kv_capacity"]["tokens"] == CONTEXT
@@ -130,7 +135,7 @@ def test_default_suite_against_llama_server(tmp_path: Path, llama_server: str) -
     by_gate: dict[str, list[dict]] = {}  # type: ignore[type-arg]
     for v in verdicts["verdicts"]:
         by_gate.setdefault(v["gate"], []).append(v)
-    assert not set(by_gate) & NOT_MEASURABLE  # left out, not judged "no data"
+    assert not set(by_gate) & (NOT_MEASURABLE | NO_BATCH_API)  # left out, not "no data"
     for name in CLIENT_GATES:
         assert name in by_gate, sorted(by_gate)
         for v in by_gate[name]:  # judged on data, whatever the verdict

@@ -17,6 +17,13 @@ CASES = [
     ("static", "mixed_lengths", "mixed_short_e2e@mixed_lengths", "policy"),
     ("small_kv", "burst", "burst_recompute_ratio@burst", "kv_cache_memory_bytes"),
     ("shared_queue", "priority_mix", "priority_precedence@priority_mix", "shared_queue"),
+    (
+        "jobs_interactive",
+        "offline_job",
+        "chat_during_offline_job@offline_job",
+        "batch_api_priority",
+    ),
+    ("starved_job", "offline_job", "offline_job_throughput@offline_job", "batch.max_waiting"),
 ]
 
 

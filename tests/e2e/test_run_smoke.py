@@ -17,7 +17,7 @@ from e2e_support import (
 
 pytestmark = pytest.mark.slow
 
-PROFILES = ("night_trickle", "burst", "mixed_lengths", "priority_mix")
+PROFILES = ("night_trickle", "burst", "mixed_lengths", "priority_mix", "offline_job")
 PROFILE_FILES = ("requests.jsonl", "load.json", "scrapes.jsonl", "gpu.jsonl", "steps.jsonl")
 
 

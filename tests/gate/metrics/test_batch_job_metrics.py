@@ -171,3 +171,69 @@ def test_offline_job_completion_gate_is_no_data_on_a_target_without_the_batch_ap
     assert "no Batch API (HTTP 405)" in verdicts["job_completed"].reason
     assert verdicts["chat_during_job"].status is Status.PASS  # the chat part still counts
     assert evaluation.exit_code is ExitCode.NO_DATA
+
+
+CAPACITY_GATE = """\
+version: 1
+gates:
+  - name: job_throughput
+    metric: batch_job_output_tokens_per_second
+    scope: {profile: offline_job}
+    fail: "> 0.25x capacity"
+"""
+
+
+def _with_capacity(run_dir, tokens_per_second):
+    capacity = {"short": {"rps": 10.0, "output_tokens_per_second": tokens_per_second}}
+    (run_dir / "calibration.json").write_text(
+        json.dumps({"schema_version": 1, "capacity": capacity})
+    )
+    return load_run(run_dir)
+
+
+@pytest.mark.parametrize(("capacity", "status"), [(300.0, "pass"), (500.0, "fail")])
+def test_job_throughput_is_judged_as_a_fraction_of_the_calibrated_capacity(
+    tmp_path, capacity, status
+):
+    # 4000 output tokens in 38.5 s = 103.9 tok/s: over 0.25 x 300 = 75, under 0.25 x 500 = 125.
+    _offline_job_run(tmp_path, job=_summary())
+    run = _with_capacity(tmp_path, capacity)
+    (verdict,) = evaluate(run, loads(CAPACITY_GATE, path="g.yaml")).verdicts
+    assert verdict.status.value == status
+    assert verdict.threshold_value == pytest.approx(0.25 * capacity)
+    assert "0.25x capacity = " in verdict.threshold
+
+
+def test_a_capacity_gate_without_a_calibrated_capacity_is_no_data(tmp_path):
+    run = _offline_job_run(tmp_path, job=_summary())
+    (verdict,) = evaluate(run, loads(CAPACITY_GATE, path="g.yaml")).verdicts
+    assert verdict.status is Status.NO_DATA
+    assert "calibration" in verdict.reason
+
+
+def test_the_report_draws_the_job_timeline_beside_the_chat_latency(tmp_path):
+    from gate.outputs.html.series import profile_figures
+
+    run = _offline_job_run(tmp_path, job=_summary())
+    keys = [f.key for f in profile_figures(run.profiles["offline_job"])]
+    assert "job" not in keys  # no batch_job.jsonl: no timeline to draw
+    events = [
+        {"event": "submitted", "monotonic": SUBMIT_AT + 0.5,
+         "request_counts": {"total": 100, "completed": 0, "failed": 0}},
+        {"event": "poll", "monotonic": SUBMIT_AT + 20.0,
+         "request_counts": {"total": 100, "completed": 40, "failed": 1}},
+        {"event": "poll", "monotonic": SUBMIT_AT + 39.0,
+         "request_counts": {"total": 100, "completed": 99, "failed": 1}},
+        {"event": "summary", **_summary()},
+    ]  # fmt: skip
+    path = tmp_path / "offline_job" / "batch_job.jsonl"
+    path.write_text("".join(json.dumps(e) + "\n" for e in events))
+    figures = profile_figures(load_run(tmp_path).profiles["offline_job"])
+    keys = [f.key for f in figures]
+    assert keys.index("job") == keys.index("rolling-ttft") + 1
+    job = figures[keys.index("job")]
+    completed = next(line for line in job.lines if line.label == "lines completed")
+    assert completed.y.tolist() == [0.0, 40.0, 99.0]
+    assert completed.x[0] == pytest.approx(5.5)  # seconds since the window start
+    assert any(b.label == "job running" for b in job.bands)
+    assert job.note.startswith("job completed, 100 lines sent")
