@@ -78,8 +78,13 @@ class RequestTimer:
             if self._last_token_at is None:
                 first = output.first_token_time if output.first_token_time is not None else now
                 self._ttft_seconds = first - output.arrival_time
-                # Tokens delivered together with the first one arrived with no gap of their own.
-                self._gaps.extend([0.0] * (count - 1))
+                if output.finished and count > 1:
+                    # A request delivered once, at its end (AsyncEngine stream=False): its
+                    # tokens' gaps are the mean time per output token after the first.
+                    self._gaps.extend([(now - first) / (count - 1)] * (count - 1))
+                else:
+                    # Tokens delivered with the first one arrived with no gap of their own.
+                    self._gaps.extend([0.0] * (count - 1))
             else:
                 self._gaps.extend([(now - self._last_token_at) / count] * count)
             self._last_token_at = now

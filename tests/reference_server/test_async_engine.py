@@ -72,6 +72,26 @@ def test_generate_streams_one_output_per_token_matching_the_sync_engine():
     assert stats.num_kv_blocks_used == 0
 
 
+def test_generate_without_streaming_yields_the_whole_answer_once_at_the_end():
+    sync = make_engine()
+    sync.add_request("a", PROMPT, _params())
+    expected, _ = run_to_completion(sync)
+
+    async def main():
+        with _started() as engine:
+            streamed = [o async for o in engine.generate("s", PROMPT, _params())]
+            whole = [o async for o in engine.generate("w", PROMPT, _params(), stream=False)]
+            return streamed, whole, engine.stats()
+
+    streamed, whole, stats = asyncio.run(main())
+    (once,) = whole
+    assert once.finished and once.finish_reason == "length"
+    assert once.new_token_ids == expected["a"][0]
+    assert once.new_text == "".join(o.new_text for o in streamed)
+    assert once.num_output_tokens == 6 and once.first_token_time is not None
+    assert stats.num_kv_blocks_used == 0
+
+
 def test_validation_and_admission_errors_raise_before_the_first_output():
     async def main():
         with _started(interactive={"max_waiting": 0}) as engine:

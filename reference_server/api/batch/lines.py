@@ -276,8 +276,13 @@ class LineExecutor:
         # Read per line: a live change of batch_api_priority applies to the next line.
         priority = self._engine.get_batching().get("batch_api_priority", "batch")
         timer = RequestTimer(self._metrics, priority)
+        # stream=False: the answer in one output at the end; a line needs no per-step delivery.
         stream = self._engine.generate(
-            shapes.request_id, request.prompt_token_ids, request.params, priority=priority
+            shapes.request_id,
+            request.prompt_token_ids,
+            request.params,
+            priority=priority,
+            stream=False,
         )
         pieces: list[str] = []
         output = None

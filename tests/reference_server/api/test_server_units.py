@@ -270,3 +270,30 @@ def test_prerendered_content_chunks_equal_the_plain_encoding(endpoint, include_u
         assert (choice["delta"]["content"] if endpoint == "chat" else choice["text"]) == text
         assert chunk == sse_event(payload)
         assert ("usage" in payload) is include_usage
+
+
+def test_request_timer_spreads_an_answer_delivered_at_once_over_its_tokens():
+    from types import SimpleNamespace
+
+    from reference_server.api.generation import RequestTimer
+
+    seen = {}
+
+    class Metrics:
+        def observe_request(self, **kwargs):
+            seen.update(kwargs)
+
+    timer = RequestTimer(Metrics(), "batch")  # type: ignore[arg-type]
+    import time as clock
+
+    now = clock.monotonic()
+    timer.on_output(SimpleNamespace(
+        arrival_time=now - 1.0, first_scheduled_time=now - 0.9, first_token_time=now - 0.8,
+        new_token_ids=[1, 2, 3, 4, 5], finished=True, finish_reason="length",
+    ))  # fmt: skip
+    timer.report()
+    assert seen["ttft_seconds"] == pytest.approx(0.2)
+    # Five tokens, the last at delivery: four gaps of ~0.8 / 4 s, not four zero gaps.
+    assert len(seen["inter_token_seconds"]) == 4
+    assert all(g == pytest.approx(0.2, abs=0.05) for g in seen["inter_token_seconds"])
+    assert seen["e2e_seconds"] == pytest.approx(1.0, abs=0.05)
