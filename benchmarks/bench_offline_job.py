@@ -14,7 +14,7 @@ reads the run's own files:
 Prints a table and writes benchmarks/results/offline_job.json.
 
     .venv/bin/python benchmarks/bench_offline_job.py [--lines 10000] [--chat-share 0.3]
-        [--preset NAME]
+        [--preset NAME | --cap N|none] [--keep DIR]
 """
 
 from __future__ import annotations
@@ -38,8 +38,9 @@ RESULTS = REPO / "benchmarks" / "results" / "offline_job.json"
 SUBMIT_AT = 0.4  # share of the chat schedule before the job is submitted
 
 
-def gates_text(lines: int, share: float) -> str:
-    """The packaged default gates, only the offline_job part, sized for `lines`."""
+def gates_text(lines: int, share: float, cap: str | None) -> str:
+    """The packaged default gates, only the offline_job part, sized for `lines`; with `cap`,
+    a preset `bench_cap` that sets batch_max_running_with_interactive (an int or none)."""
     packaged = resources.files("gate.gates").joinpath("default.yaml").read_text(encoding="utf-8")
     data = yaml.safe_load(packaged)
     profile = data["profiles"]["offline_job"]
@@ -54,6 +55,9 @@ def gates_text(lines: int, share: float) -> str:
         }
     )
     data["profiles"] = {"offline_job": profile}
+    if cap is not None:
+        value = None if cap == "none" else int(cap)
+        data["presets"]["bench_cap"] = {"batch_max_running_with_interactive": value}
     keep = {"chat_during_offline_job", "offline_job_throughput", "offline_job_completed"}
     data["gates"] = [g for g in data["gates"] if g["name"] in keep or "scope" not in g]
     data["gates"].append(
@@ -96,11 +100,21 @@ def main() -> int:
     parser.add_argument("--lines", type=int, default=10_000, help="lines in the job")
     parser.add_argument("--chat-share", type=float, default=0.3, help="chat rate, x capacity")
     parser.add_argument("--preset", default=None, help="run under this preset (e.g. safe)")
+    parser.add_argument(
+        "--cap",
+        default=None,
+        help="batch_max_running_with_interactive for this run (an integer or none; default: "
+        "the server's)",
+    )
     parser.add_argument("--output", default=str(RESULTS))
     parser.add_argument("--keep", default=None, help="keep the run under this directory")
     args = parser.parse_args()
     if not 0.0 < args.chat_share < 1.0:
         parser.error("--chat-share must be within (0, 1)")
+    if args.preset and args.cap is not None:
+        parser.error("--cap and --preset exclude each other")
+    if args.cap not in (None, "none") and not args.cap.isdigit():
+        parser.error("--cap must be an integer >= 1 or none")
     place = (
         contextlib.nullcontext(args.keep)
         if args.keep
@@ -109,11 +123,11 @@ def main() -> int:
     with place as tmp:
         Path(tmp).mkdir(parents=True, exist_ok=True)
         gates = Path(tmp) / "gates.yaml"
-        gates.write_text(gates_text(args.lines, args.chat_share), encoding="utf-8")
+        gates.write_text(gates_text(args.lines, args.chat_share, args.cap), encoding="utf-8")
         argv = [sys.executable, "-m", "gate.cli", "run", "--gates", str(gates)]
         argv += ["--profiles", "offline_job", "--scale", "full", "--out", tmp, "--run-id", "job"]
-        if args.preset:
-            argv += ["--preset", args.preset]
+        if args.preset or args.cap is not None:
+            argv += ["--preset", args.preset or "bench_cap"]
         started = time.monotonic()
         done = subprocess.run(argv, cwd=REPO, capture_output=True, text=True, check=False)
         took = time.monotonic() - started
@@ -139,6 +153,7 @@ def main() -> int:
         "lines": args.lines,
         "chat_share": args.chat_share,
         "preset": args.preset,
+        "cap": args.cap,
         "exit_code": done.returncode,
         "run_seconds": round(took, 1),
         "capacity": capacity,
