@@ -45,35 +45,42 @@ CAPACITY_METRICS = {
 }
 
 
+def _calibrated(
+    calibration: Mapping[str, Any] | None,
+    metric: str,
+    length_class: str,
+    *,
+    section: str,
+    names: Mapping[str, str],
+    what: str,
+) -> tuple[float | None, str | None]:
+    if calibration is None:
+        return None, "the run has no calibration.json (relative thresholds need one)"
+    base = names.get(metric)
+    if base is None:
+        return None, f"metric {metric!r} has no calibrated {what} value"
+    value = ((calibration.get(section) or {}).get(length_class) or {}).get(base)
+    if section == "unloaded":
+        value = (value or {}).get("p50")  # a distribution: its median
+    if not isinstance(value, (int, float)) or not math.isfinite(value) or value <= 0:
+        return None, f"calibration.json has no {what} {base} for {length_class} requests"
+    return float(value), None
+
+
 def unloaded_reference(
     calibration: Mapping[str, Any] | None, metric: str, length_class: str
 ) -> tuple[float | None, str | None]:
     """(median seconds, None) or (None, why there is none)."""
-    if calibration is None:
-        return None, "the run has no calibration.json (relative thresholds need one)"
-    base = UNLOADED_METRICS.get(metric)
-    if base is None:
-        return None, f"metric {metric!r} has no calibrated unloaded value"
-    entry = ((calibration.get("unloaded") or {}).get(length_class) or {}).get(base) or {}
-    value = entry.get("p50")
-    if not isinstance(value, (int, float)) or not math.isfinite(value) or value <= 0:
-        return None, f"calibration.json has no unloaded {base} for {length_class} requests"
-    return float(value), None
+    return _calibrated(calibration, metric, length_class, section="unloaded",
+                       names=UNLOADED_METRICS, what="unloaded")  # fmt: skip
 
 
 def capacity_reference(
     calibration: Mapping[str, Any] | None, metric: str, length_class: str
 ) -> tuple[float | None, str | None]:
     """(saturation rate in the metric's unit, None) or (None, why there is none)."""
-    if calibration is None:
-        return None, "the run has no calibration.json (relative thresholds need one)"
-    base = CAPACITY_METRICS.get(metric)
-    if base is None:
-        return None, f"metric {metric!r} has no calibrated capacity"
-    value = ((calibration.get("capacity") or {}).get(length_class) or {}).get(base)
-    if not isinstance(value, (int, float)) or not math.isfinite(value) or value <= 0:
-        return None, f"calibration.json has no capacity {base} for {length_class} requests"
-    return float(value), None
+    return _calibrated(calibration, metric, length_class, section="capacity",
+                       names=CAPACITY_METRICS, what="capacity")  # fmt: skip
 
 
 _LOOKUPS = {"unloaded": unloaded_reference, "capacity": capacity_reference}
