@@ -14,9 +14,11 @@ from typing import Any
 
 from reference_server.errors import ConfigError
 
-__all__ = ["POLICIES", "BatchingConfig", "ClassConfig", "EngineConfig"]
+__all__ = ["ITERATION_POLICIES", "POLICIES", "BatchingConfig", "ClassConfig", "EngineConfig"]
 
-POLICIES: tuple[str, ...] = ("continuous", "dynamic", "static")
+POLICIES: tuple[str, ...] = ("continuous", "dynamic", "static", "slo")
+# Policies that admit per iteration (no batch membership): slo is continuous with a step budget.
+ITERATION_POLICIES: tuple[str, ...] = ("continuous", "slo")
 DEVICES: tuple[str, ...] = ("auto", "cpu", "cuda")
 DTYPES: tuple[str, ...] = ("float32", "bfloat16", "float16")
 
@@ -115,6 +117,13 @@ class BatchingConfig:
     # no cap: 4.4x); a GPU, whose step time barely grows with the batch, can take far more.
     batch_max_running_with_interactive: int | None = 4
     interactive_active_ms: float = 500.0
+    # The slo policy: continuous batching whose per-step token budget is sized, each step, so
+    # that the predicted step time (the time between a running request's tokens) stays under
+    # slo_target_ms, from a cost model fitted online to the engine's own steps
+    # (reference_server/step_cost.py). A step always gets at least slo_min_prefill_tokens of
+    # prefill when a prompt is waiting, so a long prompt's wait stays bounded whatever the target.
+    slo_target_ms: float = 50.0
+    slo_min_prefill_tokens: int = 32
     interactive: ClassConfig = field(default_factory=ClassConfig)
     batch: ClassConfig = field(default_factory=_batch_class_default)
 
@@ -128,6 +137,8 @@ class BatchingConfig:
                 minimum=1,
             )
         _number("interactive_active_ms", self.interactive_active_ms, minimum=0.0, maximum=600_000.0)
+        _number("slo_target_ms", self.slo_target_ms, minimum=0.1, maximum=600_000.0)
+        _int("slo_min_prefill_tokens", self.slo_min_prefill_tokens, minimum=1)
         _int("max_num_seqs", self.max_num_seqs, minimum=1)
         _int("max_num_batched_tokens", self.max_num_batched_tokens, minimum=1)
         _int("max_prefill_chunk_tokens", self.max_prefill_chunk_tokens, minimum=1)

@@ -22,6 +22,7 @@ from reference_server.request_validation import validate_request
 from reference_server.sampling_params import SamplingParams
 from reference_server.scheduler import Scheduler
 from reference_server.sequence import ScheduledChunk, Sequence
+from reference_server.step_cost import step_features
 from reference_server.step_record import StepLog, StepRecord
 from reference_server.text_stream import TextStream
 from reference_server.tokenizer import ByteTokenizer
@@ -235,6 +236,9 @@ class Engine:
         for seq in scheduled.admitted:
             if seq.num_preemptions == 0:
                 stats.num_prompt_tokens_total += seq.num_prompt_tokens
+        slo = self._config.batching.policy == "slo"
+        # Features are read before num_computed_tokens advances (the cost model's input).
+        features = step_features(scheduled.chunks) if slo else None
         forward_start = time.monotonic()
         tokens = self.runner.execute(scheduled.chunks)
         forward_end = time.monotonic()
@@ -265,6 +269,9 @@ class Engine:
         self._step_seq += 1
         end = time.monotonic()
         self._step_seconds_ema += 0.1 * (end - start - self._step_seconds_ema)
+        predicted_ms = self.scheduler.slo_predicted_ms if slo else None
+        if features is not None:
+            self.scheduler.cost_model.observe(features, (end - start) * 1000.0)
         record = StepRecord(
             seq=self._step_seq,
             start_time=start,
@@ -281,6 +288,8 @@ class Engine:
             num_recomputed_tokens=scheduled.num_recomputed_tokens,
             num_waiting=dict(self.scheduler.num_waiting_by_class),
             num_running=dict(self.scheduler.num_running_by_class),
+            token_budget=self.scheduler.slo_token_budget if slo else None,
+            predicted_seconds=None if predicted_ms is None else predicted_ms / 1000.0,
         )
         self.step_log.append(record)
         return StepResult(outputs, record)
@@ -383,11 +392,26 @@ class Engine:
             kv_usage_peak_ratio=bm.peak_usage_ratio,
             num_kv_slots_unused=bm.num_slots_unused,
             num_kv_slots_unused_at_peak=bm.num_slots_unused_at_peak,
+            **self._slo_stats(),
         )
         return snapshot
+
+    def _slo_stats(self) -> dict[str, Any]:
+        scheduler = self.scheduler
+        if self._config.batching.policy != "slo" or scheduler.slo_predicted_ms is None:
+            return {}
+        return {
+            "slo_token_budget": scheduler.slo_token_budget,
+            "slo_predicted_step_seconds": _seconds(scheduler.slo_predicted_ms),
+            "slo_prediction_error_seconds": _seconds(scheduler.cost_model.mean_abs_error_ms),
+        }
 
     def steps_after(self, seq: int, limit: int = 1000) -> tuple[list[dict[str, Any]], int, int]:
         return self.step_log.after(seq, limit)
 
     def close(self) -> None:
         self.step_log.close()
+
+
+def _seconds(milliseconds: float | None) -> float | None:
+    return None if milliseconds is None else milliseconds / 1000.0

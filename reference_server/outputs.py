@@ -60,6 +60,11 @@ class EngineStats:
     kv_usage_peak_ratio: float = 0.0
     num_kv_slots_unused: int = 0
     num_kv_slots_unused_at_peak: int = 0
+    # The slo policy (None until its cost model is ready, and under the other policies): the
+    # last step's token budget, its predicted duration, and the model's recent mean |error|.
+    slo_token_budget: int | None = None
+    slo_predicted_step_seconds: float | None = None
+    slo_prediction_error_seconds: float | None = None
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)

@@ -14,8 +14,9 @@ from collections import deque
 from dataclasses import dataclass, field
 
 from reference_server.block_manager import BlockManager
-from reference_server.config import BatchingConfig, ClassConfig
+from reference_server.config import ITERATION_POLICIES, BatchingConfig, ClassConfig
 from reference_server.sequence import PRIORITY_CLASSES, ScheduledChunk, Sequence, SequenceStatus
+from reference_server.step_cost import StepCostModel
 
 __all__ = ["Scheduler", "SchedulerOutput"]
 
@@ -55,6 +56,12 @@ class Scheduler:
         self._batch_members_left = 0
         self._batch_starved_steps = 0
         self._last_interactive_arrival = -math.inf
+        # The slo policy's step-time model (the engine feeds it each step) and what it planned
+        # for the step just scheduled: its token budget and predicted duration (None before the
+        # model is ready, and under the other policies).
+        self.cost_model = StepCostModel()
+        self.slo_token_budget: int | None = None
+        self.slo_predicted_ms: float | None = None
 
     # -- configuration ---------------------------------------------------------------------
 
@@ -70,7 +77,7 @@ class Scheduler:
         if config.shared_queue != old.shared_queue:
             self._regroup_queues(config.shared_queue)
         if config.policy != old.policy:
-            if config.policy == "continuous":
+            if config.policy in ITERATION_POLICIES:
                 self._batch_members_left = 0
             else:
                 # What already runs becomes the batch in flight, so membership stays fixed.
@@ -128,7 +135,7 @@ class Scheduler:
         """Sequence slots the batch class may hold now (`batch_max_running_with_interactive`)."""
         cfg = self._config
         cap = cfg.batch_max_running_with_interactive
-        if cap is None or cfg.shared_queue or cfg.policy != "continuous":
+        if cap is None or cfg.shared_queue or cfg.policy not in ITERATION_POLICIES:
             return cfg.max_num_seqs
         active = (
             self.num_running_by_class["interactive"] > 0
@@ -217,7 +224,7 @@ class Scheduler:
         """0 when a step would do work now; seconds until the dynamic window opens; None idle."""
         if self._running:
             return 0.0
-        if self._config.policy == "continuous" or self._batch_in_flight():
+        if self._config.policy in ITERATION_POLICIES or self._batch_in_flight():
             return 0.0 if any(self._queues.values()) else None
         delays = [
             delay
@@ -231,7 +238,7 @@ class Scheduler:
     def schedule(self, now: float) -> SchedulerOutput:
         out = SchedulerOutput()
         cfg = self._config
-        budget = cfg.max_num_batched_tokens
+        budget = cfg.max_num_batched_tokens if cfg.policy != "slo" else self._slo_budget()
         running = self._running
         bm = self._block_manager
         chunks = out.chunks
@@ -288,11 +295,57 @@ class Scheduler:
         out.num_decode_tokens += num_decode_tokens
         # A preemption means memory is short: admitting now would only cause more.
         if not out.preempted:
-            if cfg.policy != "continuous" and not self._batch_in_flight():
+            if cfg.policy not in ITERATION_POLICIES and not self._batch_in_flight():
                 self._maybe_dispatch(now)
             budget = self._admit(now, budget, out)
         self._update_starvation(out)
         return out
+
+    def _slo_budget(self) -> int:
+        """The slo policy's token budget for this step: every running decode, plus the most
+        prefill tokens the cost model predicts fit under slo_target_ms, and never fewer than
+        slo_min_prefill_tokens, so prompts keep moving whatever the target. Until the model is
+        ready the prefill gets just that floor: the first prompts teach the model their cost in
+        small steps instead of one long one. max_num_batched_tokens stays the ceiling."""
+        cfg = self._config
+        model = self.cost_model
+        ceiling = cfg.max_num_batched_tokens
+        self.slo_token_budget = ceiling
+        self.slo_predicted_ms = None
+        decode_rows = decode_context = 0
+        prefill_start: int | None = None
+        for seq in self._running:
+            num_tokens = seq.num_tokens
+            if num_tokens - seq.num_computed_tokens == 1:
+                decode_rows += 1
+                decode_context += num_tokens
+            elif prefill_start is None:
+                prefill_start = seq.num_computed_tokens
+        if prefill_start is None:
+            heads = [q[0] for name in self._admission_order() if (q := self._queues[name])]
+            if not heads:
+                # Decodes only: each gets its token; nothing else could use more budget.
+                self.slo_token_budget = max(1, decode_rows)
+                return self.slo_token_budget
+            prefill_start = heads[0].num_computed_tokens
+        room = ceiling - decode_rows
+        floor = min(cfg.slo_min_prefill_tokens, room)
+        if not model.ready:
+            self.slo_token_budget = decode_rows + floor
+            return self.slo_token_budget
+        prefill = model.max_prefill_tokens(
+            target_ms=cfg.slo_target_ms,
+            decode_rows=decode_rows,
+            decode_context=decode_context,
+            prefill_start=prefill_start,
+            limit=room,
+        )
+        prefill = max(prefill, floor)
+        self.slo_token_budget = decode_rows + prefill
+        self.slo_predicted_ms = model.predict_ms(
+            model.planned_features(decode_rows, decode_context, prefill_start, prefill)
+        )
+        return self.slo_token_budget
 
     def _make_room(self, seq: Sequence, num_new: int, out: SchedulerOutput) -> int:
         """Free blocks for `seq` by preempting from the tail; returns the tokens it may compute
@@ -327,7 +380,7 @@ class Scheduler:
     def _admit(self, now: float, budget: int, out: SchedulerOutput) -> int:
         cfg = self._config
         bm = self._block_manager
-        batch_policy = cfg.policy != "continuous"
+        batch_policy = cfg.policy not in ITERATION_POLICIES
         for name in self._admission_order():
             queue = self._queues[name]
             # Separate queues only: in the shared one "batch" is never a queue name.

@@ -32,6 +32,10 @@ class StepRecord:
     num_recomputed_tokens: int
     num_waiting: dict[str, int]
     num_running: dict[str, int]
+    # The slo policy's plan for this step: its token budget and the cost model's predicted
+    # duration (None under the other policies, and while the model is still learning).
+    token_budget: int | None = None
+    predicted_seconds: float | None = None
 
     def to_dict(self) -> dict[str, Any]:
         # Built by hand: dataclasses.asdict deep-copies recursively and costs ~10x more per step.

@@ -32,8 +32,23 @@ def equivalent_settings(preset: Mapping[str, Any]) -> dict[str, list[Equivalent]
     out: dict[str, list[Equivalent]] = {server: [] for server in _MAPPERS}
     for key, value in flat.items():
         for server, mapper in _MAPPERS.items():
-            out[server].append(mapper(key, value))
+            if key == "policy" and value == "slo":
+                out[server].append(_slo_policy(mapper(key, "continuous")))
+            else:
+                out[server].append(mapper(key, value))
     return out
+
+
+def _slo_policy(continuous: Equivalent) -> Equivalent:
+    # No other server sizes each step's token budget to a step-time target; continuous batching
+    # with a token budget chosen for that target (measure it: `batchgate sweep`) comes nearest.
+    return dataclasses.replace(
+        continuous,
+        key="policy",
+        exact=False,
+        note="no per-step SLO budget: continuous batching with max_num_batched_tokens set "
+        "small enough for the step-time target is the nearest",
+    )
 
 
 def _flatten(preset: Mapping[str, Any]) -> dict[str, Any]:

@@ -14,7 +14,7 @@ from gate.units import UnitError, UnitKind, parse_quantity
 
 __all__ = ["PresetReader"]
 
-_POLICIES = ("continuous", "dynamic", "static")
+_POLICIES = ("continuous", "dynamic", "static", "slo")
 _PRIORITIES = ("batch", "interactive")
 _CLASS_KEYS = {
     "max_waiting": "int0",
@@ -31,6 +31,8 @@ _PRESET_KEYS = {
     "batch_api_priority": "priority",
     "batch_max_running_with_interactive": "opt_int1",
     "interactive_active_ms": "num0",
+    "slo_target_ms": "num0",
+    "slo_min_prefill_tokens": "int1",
     "kv_cache_memory_bytes": "bytes",
     "num_gpu_blocks_override": "int1",
     "interactive": "class",

@@ -63,6 +63,10 @@ ENGINE_FIELD_HELP: dict[str, str] = {
     "offline jobs",
     "batching.interactive_active_ms": "interactive traffic counts as active this long after its "
     "last arrival, in milliseconds",
+    "batching.slo_target_ms": "slo policy: the step-time target its per-step token budget is "
+    "sized to, in milliseconds",
+    "batching.slo_min_prefill_tokens": "slo policy: prefill tokens a step always gets when a "
+    "prompt waits (no starvation of long prompts), in tokens",
     "batching.batch_api_priority": "priority class of Batch API job lines: batch (default) or "
     "interactive (jobs on the chat path, a deliberately bad setting)",
 }

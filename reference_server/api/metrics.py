@@ -285,6 +285,18 @@ class _EngineCollector:
             "Highest KV usage ratio since start (0..1).",
             stats.kv_usage_peak_ratio,
         )
+        # The slo policy's plan, only while it runs with a ready cost model (absent otherwise:
+        # a 0 would read as "no budget").
+        for name, doc, value in (
+            ("slo_token_budget", "slo policy: the last step's token budget (tokens).",
+             stats.slo_token_budget),
+            ("slo_predicted_step_seconds", "slo policy: the last step's predicted duration.",
+             stats.slo_predicted_step_seconds),
+            ("slo_prediction_error_seconds", "slo policy: recent mean |actual - predicted| "
+             "step duration.", stats.slo_prediction_error_seconds),
+        ):  # fmt: skip
+            if value is not None:
+                yield _gauge(name, doc, value)
         memory = self._memory_fn()
         for kind, doc in (
             ("allocated", "Device memory held by tensors (0 on CPU)."),

@@ -47,6 +47,11 @@ class FakeEngineLoop:
 
     def step(self, now: float = 0.0) -> SchedulerOutput:
         out = self.scheduler.schedule(now)
+        self.apply(out)
+        return out
+
+    def apply(self, out: SchedulerOutput) -> None:
+        """What Engine.step does with a schedule: advance, sample, finish."""
         finished = False
         for chunk in out.chunks:
             seq = chunk.seq
@@ -58,7 +63,6 @@ class FakeEngineLoop:
                     finished = True
         if finished:
             self.scheduler.remove_finished_running()
-        return out
 
     def run(self, *, now: float = 0.0, max_steps: int = 1000) -> list[SchedulerOutput]:
         outputs = []

@@ -89,3 +89,27 @@ def test_tokens_are_the_same_alone_in_a_busy_batch_and_after_recompute(runners, 
     assert stats.num_preemptions_total > 0 and stats.num_recomputed_tokens_total > 0
     assert squeezed == alone
     assert stats.num_kv_blocks_used == 0
+
+
+def _all_outputs(engine: Engine) -> dict[str, list[int]]:
+    for i in range(5):
+        prompt = [ord(c) for c in f"prompt {i}: " + "lorem ipsum dolor " * (1 + 3 * i)]
+        engine.add_request(f"r{i}", prompt, SamplingParams(max_tokens=12, temperature=0.0))
+    results, _ = run_to_completion(engine)
+    return {request_id: tokens for request_id, (tokens, *_rest) in results.items()}
+
+
+def test_slo_policy_generates_what_continuous_generates(runners):
+    """The slo policy changes only how prompts are chunked across steps, never the tokens."""
+    continuous = _all_outputs(_engine(runners))
+    # A target no step can meet: every step gets only the prefill floor (5 tokens).
+    tight = _engine(runners, policy="slo", slo_target_ms=0.1, slo_min_prefill_tokens=5)
+    assert _all_outputs(tight) == continuous
+    records, _, _ = tight.steps_after(0, limit=10_000)
+    assert records
+    for r in records:  # the budget: each decode's token plus the floor, never more
+        assert r["num_prefill_tokens"] + r["num_decode_tokens"] <= r["token_budget"], r
+        assert r["token_budget"] <= r["num_seqs"] + 5, r
+    assert any(r["predicted_seconds"] is not None for r in records)  # the model got ready
+    loose = _engine(runners, policy="slo", slo_target_ms=10_000.0)
+    assert _all_outputs(loose) == continuous
