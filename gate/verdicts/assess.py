@@ -32,7 +32,7 @@ from gate.stats import Bounds, mean_bounds, proportion_bounds, quantile_with_bou
 from gate.units import Threshold
 from gate.verdicts.model import Status
 
-__all__ = ["Assessment", "assess", "bounds_judgement", "combine", "point_value"]
+__all__ = ["Assessment", "assess", "bounds_judgement", "combine", "monitor_interval", "point_value"]
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -43,6 +43,52 @@ class Assessment:
     interval: tuple[float, float] | None = None
     estimate: bool = False
     reason: str = ""
+
+
+def monitor_interval(
+    measurement: Measurement, statistic: str, confidence: float
+) -> tuple[float, float] | None:
+    """The two-sided interval of a statistic judged against no threshold (a monitor gate, the
+    objective of `batchgate tune`): exact order-statistic bounds for percentiles, the skew-aware
+    bound for means, exact binomial bounds for shares; for a rate of events, a normal bound that
+    treats the requests as a Poisson count (tokens come in requests, so fewer, larger requests
+    widen it). None where none applies."""
+    level = two_sided(confidence)
+    if isinstance(measurement, Samples) and len(measurement.values):
+        values = measurement.values
+        if statistic in glossary.PERCENTILES:
+            _, qb = quantile_with_bounds(values, glossary.PERCENTILES[statistic], confidence=level)
+            return (qb.lower, qb.upper)
+        if statistic == "mean":
+            b = mean_bounds(values, confidence=level)
+            return (b.lower, b.upper)
+        return None
+    if isinstance(measurement, Events) and measurement.total:
+        if statistic == "mean":
+            b = proportion_bounds(measurement.hits, measurement.total, confidence=level)
+            return (b.lower, b.upper)
+        if statistic == "rate" and measurement.window_seconds > 0:
+            # Requests arrive as a Poisson count; each carries hits/total of the events on
+            # average (1 or 0 for goodput, many tokens for output_tokens): var ~ hits * max(1, k).
+            z = _normal_quantile(0.5 + level / 2)
+            per_request = measurement.hits / measurement.total
+            spread = z * math.sqrt(measurement.hits * max(1.0, per_request))
+            seconds = measurement.window_seconds
+            rate = measurement.hits / seconds
+            return (max(0.0, rate - spread / seconds), rate + spread / seconds)
+    return None
+
+
+def _normal_quantile(p: float) -> float:
+    # Bisection on erf: plenty for the few calls a run makes.
+    lo, hi = -10.0, 10.0
+    for _ in range(80):
+        mid = (lo + hi) / 2
+        if 0.5 * (1 + math.erf(mid / math.sqrt(2))) < p:
+            lo = mid
+        else:
+            hi = mid
+    return (lo + hi) / 2
 
 
 def point_value(measurement: Measurement, statistic: str) -> float | None:

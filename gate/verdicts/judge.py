@@ -17,11 +17,18 @@ import numpy as np
 
 from gate import glossary
 from gate.gates.model import Gate, GatesFile
-from gate.metrics.measurements import NoData, Samples, Series
+from gate.metrics.measurements import Events, NoData, Samples, Series
 from gate.rundir.run import ProfileData, RunData, provenance
 from gate.stats import Bounds, mean_bounds, quantile_with_bounds
 from gate.units import Threshold, UnitKind
-from gate.verdicts.assess import Assessment, assess, bounds_judgement, combine, point_value
+from gate.verdicts.assess import (
+    Assessment,
+    assess,
+    bounds_judgement,
+    combine,
+    monitor_interval,
+    point_value,
+)
 from gate.verdicts.context import BaselineLike, JudgeContext, make_verdict, measure_key
 from gate.verdicts.model import Status, Verdict
 from gate.verdicts.relative import resolve_relative
@@ -82,11 +89,14 @@ def _judge(ctx: JudgeContext, gate: Gate, name: str) -> Verdict:
         reason = measurement.reason if isinstance(measurement, NoData) else "monitor"
         status = Status.NO_DATA if value is None else Status.PASS
         n = len(measurement.values) if isinstance(measurement, (Samples, Series)) else 0
+        if isinstance(measurement, Events):
+            n = measurement.total
+        interval = monitor_interval(measurement, gate.statistic, confidence)
         return make_verdict(
             gate,
             name,
             status,
-            Assessment(outcome=status.value, value=value, n=n, reason=reason),
+            Assessment(outcome=status.value, value=value, n=n, reason=reason, interval=interval),
             None,
             confidence,
         )
