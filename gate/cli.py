@@ -30,6 +30,7 @@ COMMANDS = (
     "sample",
     "init",
     "calibrate",
+    "tune",
 )
 
 

@@ -1,0 +1,294 @@
+"""One candidate of `batchgate tune`, measured: its settings put on the target, one run of the
+profile at one rung, and what the search needs from the verdicts.
+
+Owns the three ways a candidate reaches a target:
+
+- **live**: a running server with `PUT /admin/batching` (the bundled one, started once, or a
+  `--target`): the candidate is applied as the run's preset and the previous settings are put
+  back after the run (`gate.orchestrator.live_preset`);
+- **restart**: a candidate that sets a start-only key (the KV size) on the bundled server gets a
+  bundled server of its own, started with those flags;
+- **command**: another server, restarted for every candidate from the user's command template
+  (`--server-cmd 'vllm serve m --port {port} --max-num-seqs {max_num_seqs}'`): started, waited
+  for (/health or /v1/models), measured, stopped.
+
+Every run reuses one calibration (taken once, with the reference settings), so relative gates
+judge every candidate against the same reference. The objective, the throughput and the p99
+latency of the trade-off figure come from monitor gates added to the gates file (same
+statistics and intervals as any gate; they never change a verdict). It does not search
+(`gate.orchestrator.tune`).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import shlex
+import socket
+import time
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from gate.errors import ExitCode, UsageError
+from gate.gates.file import loads
+from gate.gates.model import GatesFile
+from gate.glossary import get_metric
+from gate.orchestrator.live import LiveView
+from gate.orchestrator.plan import resolve_plans
+from gate.orchestrator.processes import ProcessError, start_child, wait_for_health
+from gate.orchestrator.run_config import RunConfig, RunResult
+from gate.orchestrator.runner import execute
+from gate.orchestrator.server import BundledServer
+from gate.orchestrator.tune import Candidate, Measurement
+from gate.orchestrator.tune_space import preset_of
+from gate.verdicts.model import Status
+
+__all__ = [
+    "OBJECTIVE_GATE",
+    "CandidateRunner",
+    "Objective",
+    "command_argv",
+    "parse_objective",
+    "with_monitors",
+]
+
+OBJECTIVE_GATE = "tune_objective"
+_THROUGHPUT_GATE = "tune_output_tokens_per_second"
+_LATENCY_GATE = "tune_ttft_p99"
+CANDIDATE_PRESET = "tune_candidate"
+
+
+@dataclasses.dataclass(frozen=True)
+class Objective:
+    metric: str
+    statistic: str
+    higher_is_better: bool
+
+    @property
+    def label(self) -> str:
+        return f"{self.metric} {self.statistic}"
+
+
+def parse_objective(text: str | None, gates_file: GatesFile) -> Objective:
+    """`METRIC[:STATISTIC]`; default: goodput rate when the gates file has SLOs, else output
+    tokens/s. Raises UsageError naming the problem (exit 2)."""
+    if text is None:
+        text = "goodput:rate" if not gates_file.slos.empty else "output_tokens:rate"
+    metric, _, statistic = text.partition(":")
+    try:
+        info = get_metric(metric.strip())
+    except KeyError as exc:
+        raise UsageError(f"--objective: {exc}") from None
+    statistic = statistic.strip() or ("rate" if "rate" in info.statistics else info.statistics[0])
+    if statistic not in info.statistics:
+        raise UsageError(
+            f"--objective: {info.name} takes {', '.join(info.statistics)}, not {statistic!r}"
+        )
+    return Objective(info.name, statistic, bool(info.higher_is_better))
+
+
+def with_monitors(
+    gates_text: str, profile: str, objective: Objective, *, path: str
+) -> tuple[str, GatesFile]:
+    """The gates file plus the monitor gates tune reads; validated like any gates file."""
+    data = yaml.safe_load(gates_text) or {}
+    if not isinstance(data, dict):
+        raise UsageError(f"{path}: not a gates file", ExitCode.INVALID_GATES)
+    gates = list(data.get("gates") or [])
+    taken = {g.get("name") for g in gates if isinstance(g, dict)}
+    if taken & {OBJECTIVE_GATE, _THROUGHPUT_GATE, _LATENCY_GATE}:
+        raise UsageError(f"{path}: gate names starting with tune_ are kept for batchgate tune")
+    scope = {"profile": profile}
+    gates += [
+        {
+            "name": OBJECTIVE_GATE,
+            "metric": objective.metric,
+            "statistic": objective.statistic,
+            "scope": scope,
+            "monitor": True,
+        },
+        {
+            "name": _THROUGHPUT_GATE,
+            "metric": "output_tokens",
+            "statistic": "rate",
+            "scope": scope,
+            "monitor": True,
+        },
+        {
+            "name": _LATENCY_GATE,
+            "metric": "ttft",
+            "statistic": "p99",
+            "scope": scope,
+            "monitor": True,
+        },
+    ]
+    data["gates"] = gates
+    text = yaml.safe_dump(data, sort_keys=False)
+    try:
+        return text, loads(text, path=path)
+    except Exception as exc:  # GatesFileError: the objective does not fit its scope
+        raise UsageError(f"--objective: {exc}", ExitCode.INVALID_GATES) from None
+
+
+def command_argv(template: str, settings: Mapping[str, Any], port: int) -> list[str]:
+    """The --server-cmd template filled in: {knob} (short or class_knob form) and {port}."""
+    values: dict[str, Any] = {"port": port}
+    for path, value in settings.items():
+        values[path.rsplit(".", 1)[-1]] = values[path.replace(".", "_")] = value
+    try:
+        return shlex.split(template.format(**values))
+    except (KeyError, IndexError) as exc:
+        raise UsageError(f"--server-cmd: no value for the field {exc}: add it to --knobs") from None
+    except ValueError as exc:
+        raise UsageError(f"--server-cmd: {exc}") from None
+
+
+def free_port() -> int:
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+class CandidateRunner:
+    """Measures a candidate at a rung: `runner(candidate, rung, scale) -> Measurement`."""
+
+    def __init__(
+        self,
+        *,
+        base: RunConfig,
+        profile: str,
+        overrides: Mapping[str, Mapping[str, Any]],
+        tune_dir: Path,
+        view: LiveView,
+        server: BundledServer | None,
+        url: str | None,
+        server_cmd: str | None,
+        start_timeout_seconds: float = 600.0,
+    ) -> None:
+        self.base, self.profile, self.overrides = base, profile, overrides
+        self.tune_dir, self.view, self.server, self.url = tune_dir, view, server, url
+        self.server_cmd, self.start_timeout = server_cmd, start_timeout_seconds
+        self._count = 0
+        self._plans: dict[str, tuple[Any, ...]] = {}
+
+    def _plans_at(self, scale: str) -> tuple[Any, ...]:
+        if scale not in self._plans:
+            self._plans[scale] = tuple(
+                resolve_plans(
+                    [self.profile],
+                    self.base.gates_file,
+                    scale=scale,
+                    extra_overrides=self.overrides,
+                )
+            )
+        return self._plans[scale]
+
+    def __call__(self, candidate: Candidate, rung: int, scale: str) -> Measurement:
+        self._count += 1
+        run_dir = self.tune_dir / f"candidate-{self._count:03d}-{scale}"
+        config = dataclasses.replace(
+            self.base, plans=self._plans_at(scale), scale=scale, run_dir=run_dir
+        )
+        started = time.monotonic()
+        preset = preset_of(candidate.settings)
+        try:
+            if self.server_cmd is not None:
+                return self._by_command(candidate, rung, scale, config, started)
+            if any(k in ("num_gpu_blocks_override", "kv_cache_memory_bytes") for k in preset):
+                # Start-only: a bundled server of its own, started with the candidate's flags.
+                config = dataclasses.replace(
+                    config,
+                    target_url=None,
+                    attached_server=None,
+                    preset_name=CANDIDATE_PRESET,
+                    preset=preset,
+                )
+            elif preset:
+                config = dataclasses.replace(
+                    config,
+                    target_url=self.url,
+                    attached_server=self.server,
+                    preset_name=CANDIDATE_PRESET,
+                    preset=preset,
+                )
+            result = execute(config, self.view)
+        except UsageError as exc:
+            return Measurement(
+                rung=rung,
+                scale=scale,
+                outcome="no_data",
+                exit_code=int(exc.exit_code),
+                run_dir=str(run_dir),
+                seconds=time.monotonic() - started,
+                note=str(exc),
+            )
+        return measurement_of(result, rung, scale, time.monotonic() - started)
+
+    def _by_command(
+        self, candidate: Candidate, rung: int, scale: str, config: RunConfig, started: float
+    ) -> Measurement:
+        assert self.server_cmd is not None
+        port = free_port()
+        argv = command_argv(self.server_cmd, candidate.settings, port)
+        url = self.url if self.url is not None else f"http://127.0.0.1:{port}"
+        run_dir = config.run_dir
+        child = None
+        try:
+            try:
+                child = start_child("target server", argv, log_path=run_dir / "server-cmd.log")
+                wait_for_health(url, timeout_seconds=self.start_timeout, child=child)
+            except ProcessError as exc:
+                return Measurement(
+                    rung=rung,
+                    scale=scale,
+                    outcome="no_data",
+                    exit_code=int(ExitCode.NO_DATA),
+                    run_dir=str(run_dir),
+                    seconds=time.monotonic() - started,
+                    note=f"the server command did not start: {exc}",
+                )
+            result = execute(dataclasses.replace(config, target_url=url), self.view)
+        finally:
+            if child is not None:
+                child.stop(timeout_seconds=30.0)
+        return measurement_of(result, rung, scale, time.monotonic() - started)
+
+
+def measurement_of(result: RunResult, rung: int, scale: str, seconds: float) -> Measurement:
+    code = int(result.exit_code)
+    outcome = {0: "pass", 1: "fail", 3: "inconclusive"}.get(code, "no_data")
+    if result.fault is not None and result.fault.ended in ("interrupted", "target_died"):
+        outcome = result.fault.ended
+    ev = result.evaluation
+    by_gate = {v.gate: v for v in (ev.verdicts if ev is not None else ())}
+    gates = {v.id: v.status.value for v in (ev.verdicts if ev is not None else ()) if not v.monitor}
+    key_gates = tuple(v.id for v in (ev.verdicts if ev is not None else ()) if v.key)
+    failed = tuple(
+        v.id
+        for v in (ev.verdicts if ev is not None else ())
+        if v.blocking and v.status in (Status.FAIL, Status.INCONCLUSIVE, Status.NO_DATA)
+    )
+    objective = by_gate.get(OBJECTIVE_GATE)
+    return Measurement(
+        rung=rung,
+        scale=scale,
+        outcome=outcome,
+        exit_code=code,
+        run_dir=str(result.run_dir),
+        seconds=seconds,
+        objective=objective.value if objective is not None else None,
+        objective_interval=objective.interval if objective is not None else None,
+        objective_n=objective.n if objective is not None else 0,
+        throughput=_value(by_gate.get(_THROUGHPUT_GATE)),
+        latency_p99=_value(by_gate.get(_LATENCY_GATE)),
+        gates=gates,
+        key_gates=key_gates,
+        failed=failed,
+        note=result.fault.message if result.fault is not None else "",
+    )
+
+
+def _value(verdict: Any) -> float | None:
+    return None if verdict is None else verdict.value
