@@ -101,6 +101,7 @@ def start_server(args: argparse.Namespace, workdir: Path) -> tuple[subprocess.Po
         sys.executable, "-m", "reference_server", "--port", "0", "--port-file", str(port_file),
         "--device", args.device, "--max-num-seqs", str(args.max_num_seqs),
         "--max-num-batched-tokens", str(args.max_num_batched_tokens), "--log-level", "warning",
+        *getattr(args, "extra_server_args", ()),
     ]  # fmt: skip
     env = {**os.environ, "OMP_NUM_THREADS": str(args.torch_threads)}
     process = subprocess.Popen(

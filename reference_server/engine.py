@@ -91,6 +91,7 @@ class Engine:
         self._num_added = 0
         self._step_seq = 0
         self._step_seconds_ema = 0.01
+        self._last_step_end: float | None = None  # set while the slo policy has sequences running
         self._stats = EngineStats(num_rejected_total_by_reason={})
 
     # -- configuration ---------------------------------------------------------------------
@@ -225,6 +226,12 @@ class Engine:
     def step(self) -> StepResult:
         start = time.monotonic()
         wall = time.time()
+        if self._last_step_end is not None:
+            # Sequences were still running after the last step, so the loop did not wait idle:
+            # this is the gap every running request sees between two of its tokens beyond the
+            # step itself (the slo policy's target is a time between tokens).
+            self.scheduler.cost_model.observe_gap((start - self._last_step_end) * 1000.0)
+            self._last_step_end = None
         outputs = self._pending_outputs
         self._pending_outputs = []
         if self._num_with_deadline:
@@ -272,6 +279,8 @@ class Engine:
         predicted_ms = self.scheduler.slo_predicted_ms if slo else None
         if features is not None:
             self.scheduler.cost_model.observe(features, (end - start) * 1000.0)
+            if any(self.scheduler.num_running_by_class.values()):
+                self._last_step_end = end
         record = StepRecord(
             seq=self._step_seq,
             start_time=start,

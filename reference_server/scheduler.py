@@ -326,6 +326,10 @@ class Scheduler:
             if not heads:
                 # Decodes only: each gets its token; nothing else could use more budget.
                 self.slo_token_budget = max(1, decode_rows)
+                if model.ready:
+                    self.slo_predicted_ms = model.predict_ms(
+                        model.planned_features(decode_rows, decode_context, 0, 0)
+                    )
                 return self.slo_token_budget
             prefill_start = heads[0].num_computed_tokens
         room = ceiling - decode_rows
@@ -334,7 +338,7 @@ class Scheduler:
             self.slo_token_budget = decode_rows + floor
             return self.slo_token_budget
         prefill = model.max_prefill_tokens(
-            target_ms=cfg.slo_target_ms,
+            target_ms=model.step_target_ms(cfg.slo_target_ms),
             decode_rows=decode_rows,
             decode_context=decode_context,
             prefill_start=prefill_start,

@@ -34,6 +34,10 @@ the coefficients and their information matrix G (5x5) and, each step, solves
   pause or a core taken by another process does not swing the budget. A fit that goes
   non-finite starts over.
 
+The target is a time between tokens, which is a step's duration plus the gap before the next
+step starts (delivering the step's outputs, taking in new requests); the gap is measured between
+back-to-back steps and subtracted from the target before the budget is sized (`step_target_ms`).
+
 Before the fit has seen MIN_STEPS steps, MIN_PREFILL_STEPS of them with prefill, it is not ready
 and the scheduler gives each step only the prefill floor (slo_min_prefill_tokens): the first
 prompts teach the model their cost in small steps rather than in one long one. After that the
@@ -72,6 +76,7 @@ FORGETTING = 0.995  # a measured direction's weight halves after ~140 steps that
 FLOOR_INFORMATION = 0.01
 _FLOOR = (1.0 - FORGETTING) * FLOOR_INFORMATION
 _CLIP_SCALES = 4.0
+_GAP_WEIGHT = 0.05
 _GROWTH = 2
 
 
@@ -124,6 +129,10 @@ class StepCostModel:
 
     def __init__(self) -> None:
         self.num_resets = -1
+        # EMA of the time between one step's end and the next one's start while sequences keep
+        # running (delivering outputs, admitting requests): part of every running request's
+        # time between tokens that no step feature explains. Kept across resets.
+        self.gap_ms: float | None = None
         self.reset()
 
     def reset(self) -> None:
@@ -208,6 +217,23 @@ class StepCostModel:
         if features.prefill_tokens:
             self.num_prefill_steps += 1
             self.max_prefill_seen = max(self.max_prefill_seen, features.prefill_tokens)
+
+    def observe_gap(self, gap_ms: float) -> None:
+        """The time between two back-to-back steps (the engine never waits idle between them
+        while sequences run). A gap over 4x the current estimate (a GC pause, a stolen core)
+        enters clipped."""
+        if not math.isfinite(gap_ms) or gap_ms < 0:
+            return
+        if self.gap_ms is None:
+            self.gap_ms = gap_ms
+            return
+        clipped = min(gap_ms, 4.0 * self.gap_ms + 0.1)
+        self.gap_ms += _GAP_WEIGHT * (clipped - self.gap_ms)
+
+    def step_target_ms(self, between_tokens_ms: float) -> float:
+        """The step duration that leaves a time between tokens of `between_tokens_ms` once the
+        gap between steps is added (may be <= 0: then only the prefill floor runs)."""
+        return between_tokens_ms - (self.gap_ms or 0.0)
 
     @staticmethod
     def planned_features(

@@ -123,12 +123,14 @@ def test_budget_search_is_the_largest_that_fits() -> None:
     ) == 0  # fmt: skip
 
 
-def _run_slo(loop: FakeEngineLoop, steps: int) -> list[tuple[float, int, int]]:
-    """Step the fake engine, feeding the cost model the synthetic duration of each step:
-    (true ms, budget planned, prefill tokens computed) per step."""
+def _run_slo(loop: FakeEngineLoop, steps: int, gap_ms: float = 0.0) -> list[tuple[float, int, int]]:
+    """Step the fake engine, feeding the cost model the synthetic duration of each step (and the
+    gap between steps): (true ms, budget planned, prefill tokens computed) per step."""
     history = []
     scheduler = loop.scheduler
     for _ in range(steps):
+        if gap_ms:
+            scheduler.cost_model.observe_gap(gap_ms)
         if not scheduler.has_unfinished():
             break
         out = scheduler.schedule(0.0)
@@ -162,6 +164,24 @@ def test_slo_budget_keeps_steps_under_the_target_and_prefill_moving() -> None:
     # Every long prompt was served (bounded wait), not starved by the target.
     for i in range(6):
         assert loop.seqs[f"long{i}"].output_token_ids, f"long{i} never got its first token"
+
+
+def test_the_gap_between_steps_counts_against_the_target() -> None:
+    """The target is a time between tokens: step + the gap before the next step."""
+    target, gap = 8.0, 2.0  # the same step target as the test above: 6 ms
+    loop = FakeEngineLoop(
+        num_blocks=4096, block_size=16, policy="slo", slo_target_ms=target,
+        slo_min_prefill_tokens=16, max_num_batched_tokens=2048, max_prefill_chunk_tokens=2048,
+    )  # fmt: skip
+    _workload(loop)
+    history = _run_slo(loop, 600, gap_ms=gap)
+    learned = [h for h in history[MIN_STEPS + 8 :] if h[2]]
+    assert learned
+    assert max(duration for duration, _, _ in learned) + gap <= target * 1.05
+    assert loop.scheduler.cost_model.gap_ms == pytest.approx(gap)
+    # A stolen core's 100 ms gap once moves the estimate by a clipped amount only.
+    loop.scheduler.cost_model.observe_gap(100.0)
+    assert loop.scheduler.cost_model.gap_ms < 2 * gap
 
 
 def test_continuous_takes_the_whole_budget_on_the_same_workload() -> None:
@@ -203,8 +223,9 @@ def test_a_long_prompt_waits_a_bounded_number_of_steps(target: float) -> None:
     _run_slo(loop, 200)  # decodes running, the model trained
     assert loop.scheduler.cost_model.ready
     long = loop.add("long", prompt_len=prompt, max_tokens=4)
-    for waited in range(1, math.ceil(prompt / floor) + 2):
+    bound = math.ceil(prompt / floor) + 1
+    for _ in range(bound):
         _run_slo(loop, 1)
         if long.output_token_ids:
             break
-    assert long.output_token_ids, f"no first token after {waited} steps"
+    assert long.output_token_ids, f"no first token after {bound} steps"

@@ -23,11 +23,13 @@ def steps_after(client: httpx.Client, after: int) -> list[dict]:
     return records
 
 
-async def _concurrent(base_url: str, count: int, max_tokens: int) -> list[int]:
+async def _concurrent(base_url: str, count: int, max_tokens: int, pad: str = "") -> list[int]:
     async with httpx.AsyncClient(base_url=base_url, timeout=60) as http:
         responses = await asyncio.gather(
             *(
-                http.post("/v1/completions", json={"prompt": f"p{i}", "max_tokens": max_tokens})
+                http.post(
+                    "/v1/completions", json={"prompt": f"p{i}{pad}", "max_tokens": max_tokens}
+                )
                 for i in range(count)
             )
         )
@@ -48,6 +50,8 @@ def test_get_batching_returns_the_live_settings(client):
         ({"interactive": {"max_wait_ms": -5}}, "interactive.max_wait_ms"),
         ({"batch": {"bogus": 1}}, "batch.bogus"),
         ({"no_such_setting": 1}, "no_such_setting"),
+        ({"slo_target_ms": 0}, "slo_target_ms"),
+        ({"slo_min_prefill_tokens": 0}, "slo_min_prefill_tokens"),
     ],
 )
 def test_invalid_changes_are_refused_naming_the_field_and_change_nothing(client, change, field):
@@ -94,6 +98,35 @@ def test_max_num_seqs_1_serializes_requests_and_restoring_it_batches_again(serve
     assert asyncio.run(_concurrent(server.base_url, 3, 30)) == [200] * 3
     batched = steps_after(client, start)
     assert max(r["num_seqs"] for r in batched) >= 2
+
+
+def test_slo_policy_is_switched_live_and_shows_its_plan(server, client):
+    """policy slo through PUT /admin/batching: every step after has a token budget within the
+    prefill floor plus the decodes, once its model is ready a prediction, and /metrics the
+    slo gauges; switching back to continuous takes them away."""
+    change = client.put(
+        "/admin/batching",
+        json={"policy": "slo", "slo_target_ms": 0.2, "slo_min_prefill_tokens": 8},
+    )
+    assert change.status_code == 200
+    assert change.json()["current"]["slo_target_ms"] == 0.2
+    try:
+        start = latest_seq(client)
+        # 40-byte prompts: five floor-sized prefill steps each, so the cost model gets ready.
+        assert asyncio.run(_concurrent(server.base_url, 6, 24, pad=" lorem ipsum" * 3)) == [200] * 6
+        records = steps_after(client, start)
+        metrics = client.get("/metrics").text
+    finally:
+        assert client.put("/admin/batching", json=change.json()["previous"]).status_code == 200
+    assert records and all(r["policy"] == "slo" for r in records)
+    # A target no step meets: each step computes its decodes plus at most the 8-token floor.
+    assert all(r["num_prefill_tokens"] <= 8 for r in records)
+    assert all(r["token_budget"] is not None for r in records)
+    assert any(r["predicted_seconds"] is not None for r in records)
+    assert "batchgate_slo_token_budget " in metrics
+    assert "batchgate_slo_prediction_error_seconds " in metrics
+    assert asyncio.run(_concurrent(server.base_url, 1, 4)) == [200]
+    assert "batchgate_slo_token_budget " not in client.get("/metrics").text
 
 
 def test_steps_pages_by_sequence_number_and_reports_missed_records(client):
