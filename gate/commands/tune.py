@@ -1,8 +1,7 @@
 """`batchgate tune`: choose batching settings for a workload by measuring them (docs/tune.md).
 
-Owns the command around the search (`gate.orchestrator.tune`): its arguments, one target for the
-whole search (the bundled server started once, a `--target`, or a server restarted per candidate
-from `--server-cmd`), one calibration every candidate is judged against, printing the candidates
+Owns the command around the session (`gate.orchestrator.tune_session`: target, calibration,
+search): its arguments and their validation before anything starts, printing the candidates
 table, writing `tune.json` and `tune.html`, and the winner as a named preset in a gates file.
 Exit: 0 a winner (preset written), 1 no candidate passes every gate, 2 usage, 4 invalid gates
 file, 5 the target died, could not be calibrated, or the search was interrupted.
@@ -11,7 +10,6 @@ file, 5 the target died, could not be calibrated, or the search was interrupted.
 from __future__ import annotations
 
 import argparse
-import dataclasses
 import json
 import re
 from pathlib import Path
@@ -23,31 +21,13 @@ from gate.commands._common import add_common_arguments, load_gates_and_preset, o
 from gate.errors import BatchgateError, ExitCode, UsageError
 from gate.gates.file import packaged_gates_path
 from gate.gates.preset_writer import add_preset
-from gate.orchestrator.calibration import CALIBRATION_FILE
 from gate.orchestrator.live import LiveView
-from gate.orchestrator.live_preset import apply_live_preset, restore_settings
 from gate.orchestrator.plan import PlanError, parse_sets, resolve_plans
-from gate.orchestrator.presets import REFERENCE_PRESET, server_flags
-from gate.orchestrator.processes import ProcessError, start_child, wait_for_health
-from gate.orchestrator.run_config import RunConfig
-from gate.orchestrator.runner import execute, new_run_id
-from gate.orchestrator.server import BundledServer, ServerOptions, start_bundled_server
-from gate.orchestrator.target import TargetClient
-from gate.orchestrator.tune import Candidate, TuneSearch, rungs_from
-from gate.orchestrator.tune_runner import (
-    CandidateRunner,
-    command_argv,
-    free_port,
-    parse_objective,
-    with_monitors,
-)
-from gate.orchestrator.tune_space import (
-    KnobSpace,
-    flatten_settings,
-    parse_knobs,
-    parse_setting,
-    preset_of,
-)
+from gate.orchestrator.runner import new_run_id
+from gate.orchestrator.tune import Candidate
+from gate.orchestrator.tune_runner import parse_objective, with_monitors
+from gate.orchestrator.tune_session import TuneOutcome, TuneRequest, TuneSession
+from gate.orchestrator.tune_space import parse_knobs, parse_setting, preset_of
 from gate.outputs.tune_report import candidates_table, write_html
 from gate.units import UnitError, UnitKind, parse_quantity
 
@@ -185,285 +165,141 @@ def run(args: argparse.Namespace) -> int:
     except PlanError as exc:
         err.print(f"batchgate tune: {exc}", markup=False)
         return int(ExitCode.USAGE)
+    request = TuneRequest(
+        profile=args.profile,
+        scale=args.scale,
+        gates_file=gates_file,
+        gates_text=gates_text,
+        plans=tuple(plans),
+        knobs=parsed,
+        objective=objective,
+        overrides=overrides,
+        budget_seconds=budget,
+        preset_name=args.preset,
+        preset=preset,
+        reference=reference,
+        target_url=args.target,
+        server_cmd=args.server_cmd,
+        server_args=tuple(args.server_arg),
+        api_key=args.api_key,
+        admin_token=args.admin_token,
+        workers=args.workers,
+        calibration=args.calibration,
+    )
     tune_dir = args.out / f"tune-{new_run_id()}"
     tune_dir.mkdir(parents=True, exist_ok=True)
-    view = LiveView()
-    session = _Session(args, tune_dir, view, err)
-    session.reference = reference
+    session = TuneSession(request, tune_dir, LiveView())
     try:
-        return session.tune(
-            gates_file, gates_text, preset, plans, parsed, objective, overrides, budget
-        )
+        outcome = session.run()
     except BatchgateError as exc:
         err.print(f"batchgate tune: {exc}", markup=False)
         return int(exc.exit_code)
     finally:
         session.stop()
+    return _finish(args, tune_dir, outcome, objective)
 
 
-class _Session:
-    def __init__(
-        self, args: argparse.Namespace, tune_dir: Path, view: LiveView, err: Console
-    ) -> None:
-        self.args, self.tune_dir, self.view, self.err = args, tune_dir, view, err
-        self.server: BundledServer | None = None
-        self.reference_child: Any = None
-        self.reference: dict[str, Any] = {}
-
-    def stop(self) -> None:
-        if self.server is not None:
-            self.server.stop(timeout_seconds=15.0)
-        if self.reference_child is not None:
-            self.reference_child.stop(timeout_seconds=30.0)
-
-    def _target(self, preset: dict[str, Any] | None, parsed: list) -> str:
-        """The URL the calibration measures: the bundled server (started once), the --target,
-        or the --server-cmd started with each knob's first value (the incumbent)."""
-        a = self.args
-        if a.server_cmd is not None:
-            port = free_port()
-            incumbent = {}
-            for path, given in parsed:
-                if given is None:
-                    raise UsageError(
-                        f"--server-cmd: give --values {path}=... (the first is the incumbent)"
-                    )
-                incumbent[path] = given[0]
-            reference = {**incumbent, **self.reference}
-            argv = command_argv(a.server_cmd, reference, port)
-            url = a.target or f"http://127.0.0.1:{port}"
-            if not self.reference:
-                self.view.message(
-                    "batchgate tune: calibrating on the incumbent settings (no --reference): "
-                    "gates relative to the calibration compare each candidate with them"
-                )
-            self.view.message(f"batchgate tune: starting the calibration server: {' '.join(argv)}")
-            try:
-                self.reference_child = start_child(
-                    "target server", argv, log_path=self.tune_dir / "incumbent-server.log"
-                )
-                wait_for_health(url, timeout_seconds=600.0, child=self.reference_child)
-            except ProcessError as exc:
-                raise UsageError(
-                    f"the server command did not start: {exc}", ExitCode.NO_DATA
-                ) from exc
-            return url
-        if a.target is not None:
-            return a.target
-        self.view.message("batchgate tune: starting the bundled reference server")
+def _finish(args: argparse.Namespace, tune_dir: Path, outcome: TuneOutcome, objective: Any) -> int:
+    """tune.json, tune.html, the table, the preset; the exit code."""
+    a = args
+    search, winner, space, calibration = (
+        outcome.search,
+        outcome.winner,
+        outcome.space,
+        outcome.calibration,
+    )
+    candidates = list(search.candidates.values())
+    incumbent = search.candidates.get(Candidate(settings=search.incumbent, origin="").key)
+    written, preset_error = None, None
+    if winner is not None and search.ended == "completed":
         try:
-            self.server = start_bundled_server(
-                self.tune_dir,
-                ServerOptions(
-                    preset_flags=tuple(server_flags(preset or {})), extra_args=tuple(a.server_arg)
-                ),
-            )
-        except ProcessError as exc:
-            raise UsageError(f"the bundled server did not start: {exc}", ExitCode.NO_DATA) from exc
-        return self.server.url
-
-    def tune(
-        self,
-        gates_file: Any,
-        gates_text: str,
-        preset: dict[str, Any] | None,
-        plans: list,
-        parsed: list,
-        objective: Any,
-        overrides: dict[str, dict[str, Any]],
-        budget: float,
-    ) -> int:
-        a = self.args
-        url = self._target(preset, parsed)
-        base = RunConfig(
-            gates_file=gates_file,
-            gates_text=gates_text,
-            plans=tuple(plans),
-            scale=a.scale,
-            run_dir=self.tune_dir / "calibration-run",
-            target_url=None if self.server is not None else url,
-            attached_server=self.server,
-            # The incumbent's preset (bundled): the calibration switches to `safe` to measure.
-            preset_name=a.preset if self.server is not None else None,
-            preset=preset if self.server is not None else None,
-            api_key=a.api_key,
-            admin_token=a.admin_token,
-            load_workers=a.workers,
-            write_report=False,
-            calibration=a.calibration,
-            calibrate_only=True,
-        )
-        paths = [p for p, _ in parsed]
-        if a.server_cmd is not None:
-            incumbent = {p: given[0] for p, given in parsed if given}
-        else:
-            batching = TargetClient(url, api_key=a.api_key, admin_token=a.admin_token).batching()
-            if batching is None:
-                raise UsageError(
-                    f"{url} has no /admin/batching to change settings live; give --server-cmd "
-                    "to restart it for every candidate"
-                )
-            incumbent = flatten_settings(batching, paths)
-        path = self._calibrate(base, gates_file, url)
-        calibration = json.loads(path.read_text(encoding="utf-8"))
-        if self.reference_child is not None:
-            self.reference_child.stop(timeout_seconds=30.0)
-            self.reference_child = None
-        tpot = (((calibration.get("unloaded") or {}).get("short") or {}).get("tpot") or {}).get(
-            "p50"
-        )
-        space = KnobSpace.build(parsed, incumbent=incumbent, unloaded_tpot_seconds=tpot)
-        runner = CandidateRunner(
-            base=dataclasses.replace(
-                base,
-                calibrate_only=False,
-                calibration=str(path),
-                preset=None,
-                preset_name=None,
-                target_url=url,
-            ),
-            profile=a.profile,
-            overrides=overrides,
-            tune_dir=self.tune_dir,
-            view=self.view,
-            server=self.server,
-            url=url if a.server_cmd is None or a.target else None,
-            server_cmd=a.server_cmd,
-        )
-        search = TuneSearch(
-            space=space,
-            incumbent=incumbent,
-            rungs=rungs_from(a.scale),
-            higher_is_better=objective.higher_is_better,
-            budget_seconds=budget,
-            measure=runner,
-            view=self.view,
-        )
-        try:
-            winner = search.search()
-        except KeyboardInterrupt:
-            search.ended = "interrupted"
-            winner = None
-        return self._finish(search, winner, objective, space, calibration, gates_file)
-
-    def _calibrate(self, base: RunConfig, gates_file: Any, url: str) -> Path:
-        """One calibration for the whole search, with the reference settings: the bundled
-        server swaps to `safe` itself (the run's preset machinery); a live --target gets the
-        gates file's `safe` preset for the calibration and its own settings back after it."""
-        restore = None
-        safe = gates_file.presets.get(REFERENCE_PRESET)
-        if self.server is None and self.args.server_cmd is None and safe:
-            self.view.message(f"batchgate tune: calibrating {url} on the {REFERENCE_PRESET} preset")
-            restore = apply_live_preset(
-                url, REFERENCE_PRESET, safe, admin_token=self.args.admin_token
-            )
-        try:
-            calibrated = execute(base, self.view)
-        finally:
-            if restore is not None:
-                self.view.message(restore_settings(url, restore, admin_token=self.args.admin_token))
-        path = base.run_dir / CALIBRATION_FILE
-        if calibrated.exit_code != ExitCode.PASSED or not path.is_file():
-            reason = calibrated.fault.message if calibrated.fault is not None else "no calibration"
-            raise UsageError(f"could not calibrate the target: {reason}", ExitCode.NO_DATA)
-        return path
-
-    def _finish(
-        self,
-        search: TuneSearch,
-        winner: Candidate | None,
-        objective: Any,
-        space: KnobSpace,
-        calibration: dict[str, Any],
-        gates_file: Any,
-    ) -> int:
-        a = self.args
-        candidates = list(search.candidates.values())
-        incumbent = search.candidates.get(Candidate(settings=search.incumbent, origin="").key)
-        written = None
-        if winner is not None and search.ended == "completed":
-            written = self._write_preset(winner)
-        data = {
-            "schema_version": 1,
-            "profile": a.profile,
-            "objective": {
-                "metric": objective.metric,
-                "statistic": objective.statistic,
-                "higher_is_better": objective.higher_is_better,
-            },
-            "budget_seconds": search.budget,
-            "rungs": list(search.rungs),
-            "knobs": {k.path: list(k.values) for k in space.knobs},
-            "incumbent": search.incumbent,
-            "winner": None if winner is None else winner.settings,
-            "preset": None if written is None else {"name": a.preset_name, "file": str(written)},
-            "runs_skipped_for_budget": search.skipped,
-            "ended": search.ended,
-            "calibration": {
-                "unloaded": calibration.get("unloaded"),
-                "capacity": calibration.get("capacity"),
-            },
-            "candidates": [c.to_dict() for c in candidates],
-        }
-        (self.tune_dir / TUNE_FILE).write_text(json.dumps(data, indent=2, default=str) + "\n")
-        summary = [
-            ("profile", a.profile),
-            ("objective", f"{objective.label} ({'max' if objective.higher_is_better else 'min'})"),
-            ("incumbent", ", ".join(f"{k}={v}" for k, v in search.incumbent.items())),
-            ("winner", "none" if winner is None else winner.label),
-            ("ended", search.ended),
-            ("runs left out for the budget", str(search.skipped)),
-        ]
-        write_html(
-            self.tune_dir / "tune.html",
-            title=f"batchgate tune — {a.profile}",
-            summary=summary,
-            candidates=candidates,
-            winner=winner,
-            objective=objective.label,
-        )
-        out = output_console()
-        out.print(candidates_table(candidates, objective.label, f"batchgate tune — {a.profile}"))
+            written = _write_preset(args, tune_dir, winner)
+        except (BatchgateError, OSError) as exc:  # the results are kept whatever happens here
+            preset_error = str(exc)
+    data = {
+        "schema_version": 1,
+        "profile": a.profile,
+        "objective": {
+            "metric": objective.metric,
+            "statistic": objective.statistic,
+            "higher_is_better": objective.higher_is_better,
+        },
+        "budget_seconds": search.budget,
+        "rungs": list(search.rungs),
+        "knobs": {k.path: list(k.values) for k in space.knobs},
+        "incumbent": search.incumbent,
+        "winner": None if winner is None else winner.settings,
+        "preset": None if written is None else {"name": a.preset_name, "file": str(written)},
+        "preset_error": preset_error,
+        "runs_skipped_for_budget": search.skipped,
+        "ended": search.ended,
+        "calibration": {
+            "unloaded": calibration.get("unloaded"),
+            "capacity": calibration.get("capacity"),
+        },
+        "candidates": [c.to_dict() for c in candidates],
+    }
+    (tune_dir / TUNE_FILE).write_text(json.dumps(data, indent=2, default=str) + "\n")
+    summary = [
+        ("profile", a.profile),
+        ("objective", f"{objective.label} ({'max' if objective.higher_is_better else 'min'})"),
+        ("incumbent", ", ".join(f"{k}={v}" for k, v in search.incumbent.items())),
+        ("winner", "none" if winner is None else winner.label),
+        ("ended", search.ended),
+        ("runs left out for the budget", str(search.skipped)),
+    ]
+    write_html(
+        tune_dir / "tune.html",
+        title=f"batchgate tune — {a.profile}",
+        summary=summary,
+        candidates=candidates,
+        winner=winner,
+        objective=objective.label,
+    )
+    out = output_console()
+    out.print(candidates_table(candidates, objective.label, f"batchgate tune — {a.profile}"))
+    out.print(
+        f"tune: {tune_dir / TUNE_FILE}  report: {tune_dir / 'tune.html'}",
+        markup=False,
+    )
+    if search.ended != "completed":
+        out.print(f"search {search.ended}: results so far kept; no preset written", markup=False)
+        return int(ExitCode.NO_DATA)
+    if winner is None:
+        out.print("no candidate passed every gate; no preset written", markup=False)
+        return int(ExitCode.FAILED)
+    best, base = winner.latest, incumbent.latest if incumbent else None
+    if base is not None and best is not None and winner is not incumbent:
         out.print(
-            f"tune: {self.tune_dir / TUNE_FILE}  report: {self.tune_dir / 'tune.html'}",
+            f"winner: {winner.label}: {objective.label} {_maybe(best.objective)} vs the "
+            f"incumbent's {_maybe(base.objective)} ({base.outcome})"
+            + _significance(best, base, objective),
             markup=False,
         )
-        if search.ended != "completed":
-            out.print(
-                f"search {search.ended}: results so far kept; no preset written", markup=False
-            )
-            return int(ExitCode.NO_DATA)
-        if winner is None:
-            out.print("no candidate passed every gate; no preset written", markup=False)
-            return int(ExitCode.FAILED)
-        best, base = winner.latest, incumbent.latest if incumbent else None
-        if base is not None and best is not None and winner is not incumbent:
-            out.print(
-                f"winner: {winner.label}: {objective.label} {_maybe(best.objective)} vs the "
-                f"incumbent's {_maybe(base.objective)} ({base.outcome})"
-                + _significance(best, base, objective),
-                markup=False,
-            )
-        elif winner is incumbent:
-            out.print("winner: the incumbent settings (no candidate did better)", markup=False)
-        out.print(
-            f"preset {a.preset_name!r} written to {written}; apply it with batchgate rollback "
-            f"--to {a.preset_name} --gates {written} or run --preset {a.preset_name}",
-            markup=False,
-        )
-        return int(ExitCode.PASSED)
+    elif winner is incumbent:
+        out.print("winner: the incumbent settings (no candidate did better)", markup=False)
+    if preset_error is not None:
+        out.print(f"the winning preset was not written: {preset_error}", markup=False)
+        return int(ExitCode.USAGE)
+    out.print(
+        f"preset {a.preset_name!r} written to {written}; apply it with batchgate rollback "
+        f"--to {a.preset_name} --gates {written} or run --preset {a.preset_name}",
+        markup=False,
+    )
+    return int(ExitCode.PASSED)
 
-    def _write_preset(self, winner: Candidate) -> Path:
-        a = self.args
-        target = a.write_gates
-        if target is None:
-            packaged = Path(a.gates).resolve() == packaged_gates_path().resolve()
-            target = Path("gates.yaml") if packaged else Path(a.gates)
-        source = target if target.is_file() else Path(a.gates)
-        text = source.read_text(encoding="utf-8")
-        comment = f"batchgate tune --profile {a.profile}, {self.tune_dir.name}"
-        add_preset(target, text, a.preset_name, preset_of(winner.settings), comment)
-        return target
+
+def _write_preset(args: argparse.Namespace, tune_dir: Path, winner: Candidate) -> Path:
+    a = args
+    target = a.write_gates
+    if target is None:
+        packaged = Path(a.gates).resolve() == packaged_gates_path().resolve()
+        target = Path("gates.yaml") if packaged else Path(a.gates)
+    source = target if target.is_file() else Path(a.gates)
+    text = source.read_text(encoding="utf-8")
+    comment = f"batchgate tune --profile {a.profile}, {tune_dir.name}"
+    add_preset(target, text, a.preset_name, preset_of(winner.settings), comment)
+    return target
 
 
 def _maybe(value: float | None) -> str:
