@@ -77,6 +77,7 @@ FLOOR_INFORMATION = 0.01
 _FLOOR = (1.0 - FORGETTING) * FLOOR_INFORMATION
 _CLIP_SCALES = 4.0
 _GAP_WEIGHT = 0.05
+_FIRST_GAPS = 8
 _GROWTH = 2
 
 
@@ -133,6 +134,7 @@ class StepCostModel:
         # running (delivering outputs, admitting requests): part of every running request's
         # time between tokens that no step feature explains. Kept across resets.
         self.gap_ms: float | None = None
+        self._first_gaps: list[float] = []
         self.reset()
 
     def reset(self) -> None:
@@ -220,13 +222,16 @@ class StepCostModel:
 
     def observe_gap(self, gap_ms: float) -> None:
         """The time between two back-to-back steps (the engine never waits idle between them
-        while sequences run). A gap over 4x the current estimate (a GC pause, a stolen core)
-        enters clipped."""
+        while sequences run): the median of the first 8, then an EMA into which a gap over 4x
+        the estimate (a GC pause, a stolen core) enters clipped."""
         if not math.isfinite(gap_ms) or gap_ms < 0:
             return
-        if self.gap_ms is None:
-            self.gap_ms = gap_ms
+        if len(self._first_gaps) < _FIRST_GAPS:
+            # The median of the first few: one GC pause among them does not set the estimate.
+            self._first_gaps.append(gap_ms)
+            self.gap_ms = float(np.median(self._first_gaps))
             return
+        assert self.gap_ms is not None
         clipped = min(gap_ms, 4.0 * self.gap_ms + 0.1)
         self.gap_ms += _GAP_WEIGHT * (clipped - self.gap_ms)
 

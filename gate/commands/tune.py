@@ -17,10 +17,15 @@ from typing import Any
 
 from rich.console import Console
 
-from gate.commands._common import add_common_arguments, load_gates_and_preset, output_console
+from gate.commands._common import (
+    add_common_arguments,
+    load_gates,
+    load_gates_and_preset,
+    output_console,
+)
 from gate.errors import BatchgateError, ExitCode, UsageError
 from gate.gates.file import packaged_gates_path
-from gate.gates.preset_writer import add_preset
+from gate.gates.preset_writer import add_preset, check_preset_target
 from gate.orchestrator.live import LiveView
 from gate.orchestrator.plan import PlanError, parse_sets, resolve_plans
 from gate.orchestrator.runner import new_run_id
@@ -134,12 +139,14 @@ def run(args: argparse.Namespace) -> int:
             raise UsageError(f"--preset-name {args.preset_name!r}: lower case, digits and _")
         if args.server_cmd is not None and args.preset is not None:
             raise UsageError("--preset starts the bundled server; with --server-cmd it has no use")
-        gates_file, preset = load_gates_and_preset(args)
-        if args.preset_name in gates_file.presets and args.write_gates is None:
+        if args.calibration == "off":
             raise UsageError(
-                f"{args.gates}: a preset named {args.preset_name!r} exists already; choose "
-                "another with --preset-name"
+                "--calibration off: tune judges every candidate against one calibration of the "
+                "reference settings; use fresh, auto or a calibration.json"
             )
+        gates_file, preset = load_gates_and_preset(args)
+        # Where the winner will go, checked now rather than after the whole search.
+        check_preset_target(_preset_target(args), args.preset_name)
         parsed = parse_knobs(args.knobs, args.values)
         reference = dict(parse_setting(item, "--reference") for item in args.reference)
         if reference and args.server_cmd is None:
@@ -165,6 +172,9 @@ def run(args: argparse.Namespace) -> int:
     except PlanError as exc:
         err.print(f"batchgate tune: {exc}", markup=False)
         return int(ExitCode.USAGE)
+    except BatchgateError as exc:  # the preset cannot be written where it would go
+        err.print(f"batchgate tune: {exc}", markup=False)
+        return int(exc.exit_code)
     request = TuneRequest(
         profile=args.profile,
         scale=args.scale,
@@ -268,11 +278,18 @@ def _finish(args: argparse.Namespace, tune_dir: Path, outcome: TuneOutcome, obje
     if winner is None:
         out.print("no candidate passed every gate; no preset written", markup=False)
         return int(ExitCode.FAILED)
-    best, base = winner.latest, incumbent.latest if incumbent else None
+    best = winner.latest
+    # Compared at the same scale where the incumbent has one (a smoke p50 and a full p50 are
+    # not the same measurement), else at its largest, and said so.
+    base = None
+    if incumbent is not None and best is not None:
+        base = incumbent.at(best.rung) or incumbent.latest
     if base is not None and best is not None and winner is not incumbent:
         out.print(
             f"winner: {winner.label}: {objective.label} {_maybe(best.objective)} vs the "
-            f"incumbent's {_maybe(base.objective)} ({base.outcome})"
+            f"incumbent's {_maybe(base.objective)} ({base.outcome}"
+            + ("" if base.rung == best.rung else f", at {base.scale}")
+            + ")"
             + _significance(best, base, objective),
             markup=False,
         )
@@ -289,17 +306,32 @@ def _finish(args: argparse.Namespace, tune_dir: Path, outcome: TuneOutcome, obje
     return int(ExitCode.PASSED)
 
 
-def _write_preset(args: argparse.Namespace, tune_dir: Path, winner: Candidate) -> Path:
-    a = args
-    target = a.write_gates
+def _preset_target(args: argparse.Namespace) -> tuple[Path, Path]:
+    """(the gates file the winner is written to, the text it starts from): --write-gates, else
+    the --gates file, else ./gates.yaml made from the packaged default."""
+    gates = Path(args.gates)
+    target = args.write_gates
     if target is None:
-        packaged = Path(a.gates).resolve() == packaged_gates_path().resolve()
-        target = Path("gates.yaml") if packaged else Path(a.gates)
-    source = target if target.is_file() else Path(a.gates)
+        packaged = gates.resolve() == packaged_gates_path().resolve()
+        target = Path("gates.yaml") if packaged else gates
+    return target, (target if target.is_file() else gates)
+
+
+def _write_preset(args: argparse.Namespace, tune_dir: Path, winner: Candidate) -> Path:
+    target, source = _preset_target(args)
     text = source.read_text(encoding="utf-8")
-    comment = f"batchgate tune --profile {a.profile}, {tune_dir.name}"
-    add_preset(target, text, a.preset_name, preset_of(winner.settings), comment)
+    comment = f"batchgate tune --profile {args.profile}, {tune_dir.name}"
+    # On the bundled server the candidates ran on top of --preset: the winner includes it, so
+    # `run --preset NAME` on a fresh server runs what was measured.
+    base = load_gates_and_preset_preset(args)
+    add_preset(target, text, args.preset_name, preset_of(winner.settings, base), comment)
     return target
+
+
+def load_gates_and_preset_preset(args: argparse.Namespace) -> dict[str, Any] | None:
+    if args.preset is None or args.target is not None or args.server_cmd is not None:
+        return None
+    return dict(load_gates(args.gates).presets.get(args.preset) or {})
 
 
 def _maybe(value: float | None) -> str:
@@ -309,6 +341,8 @@ def _maybe(value: float | None) -> str:
 def _significance(best: Any, base: Any, objective: Any) -> str:
     lo, hi = best.objective_interval or (None, None)
     blo, bhi = base.objective_interval or (None, None)
+    if None in (lo, hi, blo, bhi):
+        return "; no interval to compare them by"
     if objective.higher_is_better and lo is not None and bhi is not None and lo > bhi:
         return "; the intervals do not overlap"
     if not objective.higher_is_better and hi is not None and blo is not None and hi < blo:

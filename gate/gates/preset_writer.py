@@ -19,18 +19,45 @@ import yaml
 from gate.errors import BatchgateError, ExitCode
 from gate.gates.file import loads
 
-__all__ = ["PresetWriteError", "add_preset"]
+__all__ = ["PresetWriteError", "add_preset", "check_preset_target"]
 
 _TOP_KEY = re.compile(r"^[A-Za-z_][\w-]*\s*:")
+_PRESETS = re.compile(r"^presets\s*:\s*(#.*)?$")
 
 
 class PresetWriteError(BatchgateError, ValueError):
     default_exit_code = ExitCode.USAGE
 
 
-def _block(name: str, preset: Mapping[str, Any], comment: str) -> list[str]:
+def _block(name: str, preset: Mapping[str, Any], comment: str, indent: str) -> list[str]:
     body = yaml.safe_dump({name: dict(preset)}, sort_keys=False, default_flow_style=None)
-    return [f"  # {comment}\n", *("  " + line + "\n" for line in body.splitlines())]
+    return [f"{indent}# {comment}\n", *(indent + line + "\n" for line in body.splitlines())]
+
+
+def _indent(lines: list[str], at: int) -> str:
+    """The indentation of the presets block's first entry (2 spaces when it has none)."""
+    for line in lines[at + 1 :]:
+        if line.strip() and not line.lstrip().startswith("#"):
+            width = len(line) - len(line.lstrip(" "))
+            return " " * width if width else "  "
+    return "  "
+
+
+def check_preset_target(where: tuple[Path, Path], name: str) -> None:
+    """Raises PresetWriteError now if `name` cannot be added to the file later: taken, or a
+    `presets:` written in flow style (`presets: {...}`), which this writer does not edit."""
+    target, source = where
+    text = source.read_text(encoding="utf-8")
+    current = loads(text, path=str(source))
+    if name in current.presets:
+        raise PresetWriteError(
+            f"{target}: a preset named {name!r} exists already; choose another with --preset-name"
+        )
+    if current.presets and not any(_PRESETS.match(line) for line in text.splitlines()):
+        raise PresetWriteError(
+            f"{target}: its presets: section is not a block mapping; write it as 'presets:' "
+            "with one preset per indented key, or give --write-gates another file"
+        )
 
 
 def add_preset(path: Path, text: str, name: str, preset: Mapping[str, Any], comment: str) -> str:
@@ -44,10 +71,8 @@ def add_preset(path: Path, text: str, name: str, preset: Mapping[str, Any], comm
     lines = text.splitlines(keepends=True)
     if lines and not lines[-1].endswith("\n"):
         lines[-1] += "\n"
-    at = next(
-        (i for i, line in enumerate(lines) if re.match(r"^presets\s*:\s*(#.*)?$", line)), None
-    )
-    block = _block(name, preset, comment)
+    at = next((i for i, line in enumerate(lines) if _PRESETS.match(line)), None)
+    block = _block(name, preset, comment, "  " if at is None else _indent(lines, at))
     if at is None:
         lines += ["\n", "presets:\n", *block]
     else:

@@ -53,6 +53,7 @@ class Measurement:
     exit_code: int
     run_dir: str
     seconds: float
+    startup_seconds: float = 0.0  # of `seconds`: starting the candidate's own server
     objective: float | None = None
     objective_interval: tuple[float | None, float | None] | None = None
     objective_n: int = 0
@@ -83,7 +84,9 @@ class Candidate:
     def label(self) -> str:
         """The settings as a person reads them: short knob names (max_wait_ms for the
         interactive class's), in the order of the knobs."""
-        return ", ".join(f"{short_name(k)}={v}" for k, v in self.settings.items())
+        return ", ".join(
+            f"{short_name(k)}={'default' if v is None else v}" for k, v in self.settings.items()
+        )
 
     @property
     def latest(self) -> Measurement | None:
@@ -118,7 +121,9 @@ class TuneSearch:
     ) -> None:
         self.space, self.rungs, self.higher = space, tuple(rungs), higher_is_better
         self.budget, self.measure_fn, self.view, self.clock = budget_seconds, measure, view, clock
-        self.incumbent = {k.path: incumbent.get(k.path, k.values[0]) for k in space.knobs}
+        # A knob the target does not report (a start-only key left at the server's default) is
+        # None in the incumbent: "as the server has it", never a made-up grid value.
+        self.incumbent = {k.path: incumbent.get(k.path) for k in space.knobs}
         self.candidates: dict[str, Candidate] = {}
         self.skipped = 0  # runs left out for the budget
         self.ended = "completed"
@@ -134,16 +139,19 @@ class TuneSearch:
         return self.budget - (self.clock() - self._start)
 
     def _estimate(self, rung: int) -> float:
-        same = [
-            m.seconds for c in self.candidates.values() for m in c.measurements if m.rung == rung
-        ]
+        """Expected seconds of one run at `rung`: the mean of the runs there so far, else the
+        first rung's load time scaled by the samples (a server's start-up is not scaled)."""
+        runs = [m for c in self.candidates.values() for m in c.measurements]
+        same = [m.seconds for m in runs if m.rung == rung]
         if same:
             return sum(same) / len(same)
-        first = [m.seconds for c in self.candidates.values() for m in c.measurements if m.rung == 0]
+        first = [m for m in runs if m.rung == 0]
         if not first:
             return 0.0  # nothing known yet: the first run always goes
         factor = _SCALE_FACTOR[self.rungs[rung]] / _SCALE_FACTOR[self.rungs[0]]
-        return factor * sum(first) / len(first)
+        startup = sum(m.startup_seconds for m in first) / len(first)
+        load = sum(m.seconds - m.startup_seconds for m in first) / len(first)
+        return startup + factor * load
 
     def _run(self, candidate: Candidate, rung: int) -> Measurement | None:
         """Measure unless already measured at this rung, out of budget or stopped."""
@@ -243,9 +251,19 @@ class TuneSearch:
             passing = [c for c in alive if c.at(rung).outcome == "pass"]  # type: ignore[union-attr]
             if len(passing) <= 1 and len(alive) == len(passing):
                 return  # one clear answer at this rung: more samples would not change it
-            keep = self._rank(alive, rung)[: max(1, (len(alive) + 1) // 2)]
+            ranked = self._rank(alive, rung)
+            size = max(1, (len(alive) + 1) // 2)
             rung += 1
-            measured = [c for c in keep if self._run(c, rung) is not None]
+            # The better half goes up; if none of it passes there, the next ones do (budget
+            # allowing), so a winner measured only at the lower rung is the last resort.
+            measured = False
+            for start in range(0, len(ranked), size):
+                batch = [c for c in ranked[start : start + size] if self._run(c, rung) is not None]
+                measured = measured or bool(batch)
+                if any(c.at(rung) and c.at(rung).outcome == "pass" for c in batch):  # type: ignore[union-attr]
+                    break
+                if not batch or self.ended != "completed":
+                    break
             if not measured:
                 return
 

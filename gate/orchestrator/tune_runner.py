@@ -37,6 +37,7 @@ from gate.gates.model import GatesFile
 from gate.glossary import get_metric
 from gate.orchestrator.live import LiveView
 from gate.orchestrator.plan import resolve_plans
+from gate.orchestrator.presets import START_ONLY_KEYS
 from gate.orchestrator.processes import ProcessError, start_child, wait_for_health
 from gate.orchestrator.run_config import RunConfig, RunResult
 from gate.orchestrator.runner import execute
@@ -135,7 +136,9 @@ def with_monitors(
 def command_argv(template: str, settings: Mapping[str, Any], port: int) -> list[str]:
     """The --server-cmd template filled in: {knob} (short or class_knob form) and {port}."""
     values: dict[str, Any] = {"port": port}
-    for path, value in settings.items():
+    # The short name ({max_wait_ms}) means the interactive class's, as on the command line of
+    # tune; {batch_max_wait_ms} names the other.
+    for path, value in sorted(settings.items(), key=lambda kv: kv[0].startswith("interactive.")):
         values[path.rsplit(".", 1)[-1]] = values[path.replace(".", "_")] = value
     try:
         return shlex.split(template.format(**values))
@@ -165,9 +168,12 @@ class CandidateRunner:
         server: BundledServer | None,
         url: str | None,
         server_cmd: str | None,
+        start_preset: Mapping[str, Any] | None = None,
         start_timeout_seconds: float = 600.0,
     ) -> None:
         self.base, self.profile, self.overrides = base, profile, overrides
+        # The bundled server's start preset: a restarted candidate is that plus its own knobs.
+        self.start_preset = start_preset
         self.tune_dir, self.view, self.server, self.url = tune_dir, view, server, url
         self.server_cmd, self.start_timeout = server_cmd, start_timeout_seconds
         self._count = 0
@@ -196,15 +202,18 @@ class CandidateRunner:
         try:
             if self.server_cmd is not None:
                 return self._by_command(candidate, rung, scale, config, started)
-            if any(k in ("num_gpu_blocks_override", "kv_cache_memory_bytes") for k in preset):
-                # Start-only: a bundled server of its own, started with the candidate's flags.
+            if any(k in START_ONLY_KEYS for k in preset):
+                # Start-only: a bundled server of its own, started like the shared one (its
+                # start preset and --server-arg flags) plus the candidate's settings.
                 config = dataclasses.replace(
                     config,
                     target_url=None,
                     attached_server=None,
                     preset_name=CANDIDATE_PRESET,
-                    preset=preset,
+                    preset=preset_of(candidate.settings, self.start_preset),
                 )
+                result = execute(config, self.view)
+                return _own_server(measurement_of(result, rung, scale, time.monotonic() - started))
             elif preset:
                 config = dataclasses.replace(
                     config,
@@ -249,11 +258,23 @@ class CandidateRunner:
                     seconds=time.monotonic() - started,
                     note=f"the server command did not start: {exc}",
                 )
+            startup = time.monotonic() - started
             result = execute(dataclasses.replace(config, target_url=url), self.view)
         finally:
             if child is not None:
                 child.stop(timeout_seconds=30.0)
-        return measurement_of(result, rung, scale, time.monotonic() - started)
+        m = measurement_of(result, rung, scale, time.monotonic() - started)
+        return _own_server(dataclasses.replace(m, startup_seconds=startup))
+
+
+def _own_server(m: Measurement) -> Measurement:
+    """A candidate's own server that dies fails that candidate (a setting that runs out of
+    memory, say), not the whole search: only the shared target's death ends it."""
+    if m.outcome != "target_died":
+        return m
+    return dataclasses.replace(
+        m, outcome="no_data", note=f"the candidate's own server died: {m.note}".rstrip(": ")
+    )
 
 
 def measurement_of(result: RunResult, rung: int, scale: str, seconds: float) -> Measurement:

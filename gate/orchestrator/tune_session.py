@@ -97,6 +97,10 @@ class TuneSession:
             api_key=r.api_key,
             admin_token=r.admin_token,
             load_workers=r.workers,
+            server_args=r.server_args,
+            # "Passes with confidence": an inconclusive gate is never a pass here, whatever the
+            # gates file's own policy (it buys the candidate more samples instead).
+            inconclusive_policy="fail",
             write_report=False,
             calibration=r.calibration,
             calibrate_only=True,
@@ -126,6 +130,7 @@ class TuneSession:
             server=self.server,
             url=url if r.server_cmd is None or r.target_url else None,
             server_cmd=r.server_cmd,
+            start_preset=r.preset if self.server is not None else None,
         )
         search = TuneSearch(
             space=space,
@@ -204,7 +209,8 @@ class TuneSession:
                 f"{url} has no /admin/batching to change settings live; give --server-cmd to "
                 "restart it for every candidate"
             )
-        return flatten_settings(batching, [path for path, _ in r.knobs])
+        start = r.preset if self.server is not None else None
+        return flatten_settings(batching, [path for path, _ in r.knobs], start)
 
     def _calibrate(self, base: RunConfig, url: str) -> Path:
         """One calibration for the whole search, with the reference settings: the bundled

@@ -22,6 +22,7 @@ __all__ = [
     "KnobSpace",
     "candidate_key",
     "flatten_settings",
+    "normalised",
     "parse_knobs",
     "parse_setting",
     "preset_of",
@@ -229,10 +230,16 @@ def _default_grid(path: str, unloaded_tpot_seconds: float | None) -> tuple[Any, 
     raise UsageError(f"knob {path!r} has no default grid; give --values {path}=v1,v2,...")
 
 
-def preset_of(settings: Mapping[str, Any]) -> dict[str, Any]:
-    """{path: value} -> a gates-file preset ({"interactive": {"max_wait_ms": 5}, ...})."""
-    preset: dict[str, Any] = {}
+def preset_of(settings: Mapping[str, Any], base: Mapping[str, Any] | None = None) -> dict[str, Any]:
+    """{path: value} -> a gates-file preset ({"interactive": {"max_wait_ms": 5}, ...}), on top of
+    `base` (a preset: class settings merged key by key). A start-only key whose value is None
+    means "the server's default" and is left out."""
+    preset: dict[str, Any] = {
+        k: (dict(v) if isinstance(v, Mapping) else v) for k, v in (base or {}).items()
+    }
     for path, value in settings.items():
+        if value is None and path in _START_ONLY:
+            continue
         head, _, tail = path.partition(".")
         if tail:
             preset.setdefault(head, {})[tail] = value
@@ -241,15 +248,36 @@ def preset_of(settings: Mapping[str, Any]) -> dict[str, Any]:
     return preset
 
 
-def flatten_settings(batching: Mapping[str, Any] | None, paths: Sequence[str]) -> dict[str, Any]:
-    """The values of `paths` in a server's batching settings (GET /admin/batching)."""
+def normalised(value: Any) -> Any:
+    """20.0 and 20 are one setting (a server reports floats, a grid holds ints)."""
+    if isinstance(value, float) and value.is_integer():
+        return int(value)
+    return value
+
+
+def flatten_settings(
+    batching: Mapping[str, Any] | None,
+    paths: Sequence[str],
+    start_preset: Mapping[str, Any] | None = None,
+) -> dict[str, Any]:
+    """The values of `paths` in a server's batching settings (GET /admin/batching). A start-only
+    knob (the KV size) is not among them: its value is the one the server was started with
+    (`start_preset`), else None, "the server's default"."""
     out: dict[str, Any] = {}
     for path in paths:
+        if path in _START_ONLY:
+            out[path] = normalised((start_preset or {}).get(path))
+            continue
         node: Any = batching or {}
+        found = True
         for part in path.split("."):
-            node = node.get(part) if isinstance(node, Mapping) else None
-        if node is not None:
-            out[path] = node
+            if isinstance(node, Mapping) and part in node:
+                node = node[part]
+            else:
+                found = False
+                break
+        if found:
+            out[path] = normalised(node)
     return out
 
 
@@ -260,4 +288,4 @@ def short_name(path: str) -> str:
 
 def candidate_key(settings: Mapping[str, Any]) -> str:
     """One string per distinct setting of the knobs (dict order does not matter)."""
-    return ", ".join(f"{k}={settings[k]}" for k in sorted(settings))
+    return ", ".join(f"{k}={normalised(settings[k])}" for k in sorted(settings))

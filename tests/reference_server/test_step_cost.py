@@ -179,9 +179,14 @@ def test_the_gap_between_steps_counts_against_the_target() -> None:
     assert learned
     assert max(duration for duration, _, _ in learned) + gap <= target * 1.05
     assert loop.scheduler.cost_model.gap_ms == pytest.approx(gap)
-    # A stolen core's 100 ms gap once moves the estimate by a clipped amount only.
+    # A stolen core's 100 ms gap once moves the estimate by a clipped amount only...
     loop.scheduler.cost_model.observe_gap(100.0)
     assert loop.scheduler.cost_model.gap_ms < 2 * gap
+    # ...also when it is the very first gap measured.
+    fresh = StepCostModel()
+    for ms in (100.0, *[gap] * 7):
+        fresh.observe_gap(ms)
+    assert fresh.gap_ms == pytest.approx(gap)
 
 
 def test_continuous_takes_the_whole_budget_on_the_same_workload() -> None:

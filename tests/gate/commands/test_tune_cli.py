@@ -31,6 +31,8 @@ def _tune(tmp_path: Path, *args: str) -> subprocess.CompletedProcess[str]:
         (["--profile", "night_trickle", "--preset-name", "Bad-Name"], 2, "--preset-name"),
         (["--profile", "night_trickle", "--preset-name", "safe"], 2, "exists already"),
         (["--profile", "no_such_profile"], 2, "no_such_profile"),
+        (["--profile", "night_trickle", "--calibration", "off"], 2, "--calibration off"),
+        (["--profile", "night_trickle", "--reference", "policy=static"], 2, "--server-cmd"),
         (["--profile", "night_trickle", "--server-cmd", "x {port}", "--preset", "static"], 2,
          "--preset"),
     ],

@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 
 from gate.gates.file import load, packaged_gates_path
-from gate.gates.preset_writer import PresetWriteError, add_preset
+from gate.gates.preset_writer import PresetWriteError, add_preset, check_preset_target
 
 MINIMAL = """\
 version: 1   # keep me
@@ -58,3 +58,22 @@ def test_a_taken_name_or_an_invalid_preset_is_refused_and_nothing_written(tmp_pa
     with pytest.raises(PresetWriteError, match="invalid"):
         add_preset(path, MINIMAL, "tuned", {"policy": "fastest"}, "x")
     assert path.read_text(encoding="utf-8") == MINIMAL
+
+
+def test_the_files_own_indentation_is_kept(tmp_path: Path) -> None:
+    text = MINIMAL.replace("  safe: {policy: continuous}", "    safe: {policy: continuous}")
+    path = tmp_path / "gates.yaml"
+    add_preset(path, text, "tuned", {"max_num_seqs": 32}, "from a test")
+    assert "    tuned:" in path.read_text(encoding="utf-8")
+    assert load(path).presets["tuned"] == {"max_num_seqs": 32}
+
+
+def test_a_flow_style_presets_section_is_refused_before_any_work(tmp_path: Path) -> None:
+    text = MINIMAL.replace("presets:\n  safe: {policy: continuous}   # and me\n",
+                           "presets: {safe: {policy: continuous}}\n")  # fmt: skip
+    path = tmp_path / "gates.yaml"
+    path.write_text(text, encoding="utf-8")
+    with pytest.raises(PresetWriteError, match="block mapping"):
+        check_preset_target((path, path), "tuned")
+    with pytest.raises(PresetWriteError, match="exists already"):
+        check_preset_target((path, path), "safe")

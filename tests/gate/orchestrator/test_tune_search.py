@@ -200,3 +200,53 @@ def test_an_interrupted_run_stops_the_search() -> None:
 def test_rungs_start_at_the_scale_asked() -> None:
     assert rungs_from("smoke") == ("smoke", "quick", "full")
     assert rungs_from("full") == ("full",)
+
+
+def test_one_setting_one_key_and_the_template_means_the_interactive_class() -> None:
+    from gate.orchestrator.tune_runner import command_argv
+    from gate.orchestrator.tune_space import candidate_key, flatten_settings
+
+    live = {"policy": "dynamic", "interactive": {"max_wait_ms": 20.0}}
+    incumbent = flatten_settings(
+        live, ["policy", "interactive.max_wait_ms", "num_gpu_blocks_override"]
+    )
+    assert incumbent == {
+        "policy": "dynamic",
+        "interactive.max_wait_ms": 20,
+        "num_gpu_blocks_override": None,
+    }  # start-only: the server's default
+    assert candidate_key({"interactive.max_wait_ms": 20.0}) == candidate_key(
+        {"interactive.max_wait_ms": 20}
+    )
+    settings = {"interactive.max_wait_ms": 5, "batch.max_wait_ms": 50}
+    assert command_argv("s --w {max_wait_ms} --b {batch_max_wait_ms} --p {port}", settings, 9) == [
+        "s",
+        "--w",
+        "5",
+        "--b",
+        "50",
+        "--p",
+        "9",
+    ]
+    with pytest.raises(UsageError, match="max_num_seqs"):
+        command_argv("s --n {max_num_seqs}", settings, 9)
+    assert preset_of(
+        {"num_gpu_blocks_override": None, "policy": "static"},
+        {"policy": "x", "interactive": {"max_wait_ms": 200}},
+    ) == {"policy": "static", "interactive": {"max_wait_ms": 200}}
+
+
+def test_a_candidates_own_server_dying_fails_that_candidate_only() -> None:
+    from gate.orchestrator.tune_runner import _own_server
+
+    died = Measurement(
+        rung=0,
+        scale="smoke",
+        outcome="target_died",
+        exit_code=5,
+        run_dir="-",
+        seconds=1.0,
+        note="target stopped answering",
+    )
+    assert _own_server(died).outcome == "no_data"
+    assert "own server died" in _own_server(died).note
