@@ -32,6 +32,7 @@ __all__ = [
     "DEFAULT_GATES_FILE",
     "add_common_arguments",
     "add_evaluation_arguments",
+    "add_set_and_out_arguments",
     "default_gates_path",
     "find_gates_file",
     "load_baseline",
@@ -176,6 +177,20 @@ def add_common_arguments(parser: argparse.ArgumentParser) -> None:
         "--admin-token",
         default=os.environ.get("BATCHGATE_ADMIN_TOKEN"),
         help="admin token for /admin/* (default $BATCHGATE_ADMIN_TOKEN)",
+    )
+
+
+def add_set_and_out_arguments(parser: argparse.ArgumentParser) -> None:
+    """--set PROFILE.KEY=VALUE and --out DIR, as `sweep` and `tune` take them."""
+    parser.add_argument(
+        "--set",
+        action="append",
+        default=[],
+        metavar="PROFILE.KEY=VALUE",
+        help="override a profile parameter",
+    )
+    parser.add_argument(
+        "--out", type=Path, default=Path("runs"), help="parent directory (default runs/)"
     )
 
 

@@ -18,7 +18,12 @@ from typing import Any
 from rich.console import Console
 from rich.table import Table
 
-from gate.commands._common import add_common_arguments, load_gates_and_preset, output_console
+from gate.commands._common import (
+    add_common_arguments,
+    add_set_and_out_arguments,
+    load_gates_and_preset,
+    output_console,
+)
 from gate.errors import BatchgateError, ExitCode, UsageError
 from gate.orchestrator.calibration import CALIBRATION_FILE
 from gate.orchestrator.live import LiveView
@@ -83,16 +88,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         default="smoke",
         help="duration scale of each point (default smoke)",
     )
-    parser.add_argument(
-        "--set",
-        action="append",
-        default=[],
-        metavar="PROFILE.KEY=VALUE",
-        help="override a profile parameter",
-    )
-    parser.add_argument(
-        "--out", type=Path, default=Path("runs"), help="parent directory (default runs/)"
-    )
+    add_set_and_out_arguments(parser)
     parser.set_defaults(func=run)
 
 

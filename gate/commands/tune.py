@@ -19,6 +19,7 @@ from rich.console import Console
 
 from gate.commands._common import (
     add_common_arguments,
+    add_set_and_out_arguments,
     load_gates,
     load_gates_and_preset,
     output_console,
@@ -106,16 +107,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         help="gates file the winning preset is added to (default: the --gates file, or "
         "./gates.yaml, made from the packaged default, when that was used)",
     )
-    parser.add_argument(
-        "--set",
-        action="append",
-        default=[],
-        metavar="PROFILE.KEY=VALUE",
-        help="override a profile parameter",
-    )
-    parser.add_argument(
-        "--out", type=Path, default=Path("runs"), help="parent directory (default runs/)"
-    )
+    add_set_and_out_arguments(parser)
     parser.set_defaults(func=run)
 
 

@@ -224,15 +224,7 @@ class CandidateRunner:
                 )
             result = execute(config, self.view)
         except UsageError as exc:
-            return Measurement(
-                rung=rung,
-                scale=scale,
-                outcome="no_data",
-                exit_code=int(exc.exit_code),
-                run_dir=str(run_dir),
-                seconds=time.monotonic() - started,
-                note=str(exc),
-            )
+            return _not_measured(rung, scale, run_dir, started, int(exc.exit_code), str(exc))
         return measurement_of(result, rung, scale, time.monotonic() - started)
 
     def _by_command(
@@ -249,15 +241,8 @@ class CandidateRunner:
                 child = start_child("target server", argv, log_path=run_dir / "server-cmd.log")
                 wait_for_health(url, timeout_seconds=self.start_timeout, child=child)
             except ProcessError as exc:
-                return Measurement(
-                    rung=rung,
-                    scale=scale,
-                    outcome="no_data",
-                    exit_code=int(ExitCode.NO_DATA),
-                    run_dir=str(run_dir),
-                    seconds=time.monotonic() - started,
-                    note=f"the server command did not start: {exc}",
-                )
+                note = f"the server command did not start: {exc}"
+                return _not_measured(rung, scale, run_dir, started, int(ExitCode.NO_DATA), note)
             startup = time.monotonic() - started
             result = execute(dataclasses.replace(config, target_url=url), self.view)
         finally:
@@ -265,6 +250,20 @@ class CandidateRunner:
                 child.stop(timeout_seconds=30.0)
         m = measurement_of(result, rung, scale, time.monotonic() - started)
         return _own_server(dataclasses.replace(m, startup_seconds=startup))
+
+
+def _not_measured(
+    rung: int, scale: str, run_dir: Path, started: float, code: int, note: str
+) -> Measurement:
+    return Measurement(
+        rung=rung,
+        scale=scale,
+        outcome="no_data",
+        exit_code=code,
+        run_dir=str(run_dir),
+        seconds=time.monotonic() - started,
+        note=note,
+    )
 
 
 def _own_server(m: Measurement) -> Measurement:
