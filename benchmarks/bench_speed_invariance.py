@@ -5,7 +5,8 @@ each failure preset (each preset only with the profiles its gate needs, like
 tests/e2e/test_presets_fail.py), under three conditions, several times per cell:
   idle   the machine as it is;
   busy   one core taken by a busy-looping process for the whole run;
-  slow   the bundled server on the `small` model preset (several times slower per token).
+  slow   the bundled server on the `small` model preset (2.5-2.7x less capacity than idle tiny);
+  slowbusy  both: the small preset with one core taken (the issue's ">= 3x slower" cell).
 Prints one row per cell — the exit codes, and the gate each setting exists to show with its
 value, threshold and margin per run — and writes benchmarks/results/speed_invariance.json.
 The claim it checks: the default passes every run; each preset fails its own gate every run,
@@ -66,15 +67,16 @@ KEY_GATES = (
 @contextlib.contextmanager
 def condition(name: str) -> Iterator[list[str]]:
     """Extra `batchgate run` arguments for the condition, with its side effect around it."""
-    if name == "busy":
+    slow = ["--server-arg=--model", "--server-arg=small"]
+    if name in ("busy", "slowbusy"):
         busy = subprocess.Popen([sys.executable, "-c", "while True: pass"])
         try:
-            yield []
+            yield slow if name == "slowbusy" else []
         finally:
             busy.kill()
             busy.wait()
     elif name == "slow":
-        yield ["--server-arg=--model", "--server-arg=small"]
+        yield slow
     else:
         yield []
 
