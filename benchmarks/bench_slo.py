@@ -3,8 +3,8 @@ requests: time between tokens (ITL) p99, output tokens/s, and the long prompts' 
 
 Run: .venv/bin/python benchmarks/bench_slo.py [--phase-seconds 20] [--rounds 2]
 
-One bundled server (the `small` model preset by default, one torch thread). Closed-loop decode streams
-(--streams, short prompts, --decode-tokens output tokens each, ignore_eos) run the whole time;
+One bundled server (the `small` model preset by default, one torch thread). Closed-loop decode
+streams (--streams, short prompts, --decode-tokens output tokens each, ignore_eos) run all along;
 long prompts (--long-prompt-tokens, >= 1000) arrive as a Poisson stream (--long-rate per second)
 with a few output tokens each. Phases alternate on the same server, switched live through
 PUT /admin/batching: continuous (the default token budget), then slo with slo_target_ms set to
