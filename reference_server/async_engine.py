@@ -2,17 +2,17 @@
 RequestOutputs to asyncio consumers.
 
 It owns the loop thread, the command inbox (adds, aborts, embeds run on the engine thread between
-steps), per-request asyncio queues, draining and crash detection. It does not know scheduling or
-HTTP. The idle loop sleeps on a threading.Condition: woken by new commands, config changes, or the
-engine's next_wakeup_seconds (a dynamic batching window, a deadline); it never busy-waits.
+steps), draining and crash detection; the per-request queues are RequestStreams'. It does not
+know scheduling or HTTP. The idle loop sleeps on a threading.Condition: woken by new commands,
+config changes, or the engine's next_wakeup_seconds (a dynamic batching window, a deadline); it
+never busy-waits. The server's default front end runs the same loop in a child process instead
+(reference_server/engine_core/); this one serves tests with fake runners and
+`--engine-core thread`.
 """
 
 from __future__ import annotations
 
 import asyncio
-import concurrent.futures
-import contextlib
-import dataclasses
 import logging
 import threading
 import time
@@ -25,9 +25,10 @@ from reference_server.errors import (
     AdmissionError,
     EngineDeadError,
     EngineError,
-    RequestValidationError,
+    EngineFailure,
 )
 from reference_server.outputs import EngineStats, RequestOutput, StepResult
+from reference_server.request_streams import RequestStreams
 from reference_server.sampling_params import SamplingParams
 from reference_server.step_record import StepRecord
 from reference_server.tokenizer import ByteTokenizer
@@ -40,9 +41,6 @@ logger = logging.getLogger(__name__)
 # before asking again, so an inconsistency can never turn into a spinning thread.
 _IDLE_GUARD_SECONDS = 0.005
 
-_Stream = tuple[asyncio.AbstractEventLoop, "asyncio.Queue[RequestOutput | BaseException]"]
-
-
 class AsyncEngine:
     def __init__(self, config: EngineConfig, *, runner: ModelRunnerLike | None = None) -> None:
         self._engine = Engine(config, runner=runner)
@@ -54,13 +52,9 @@ class AsyncEngine:
         self._draining = False
         self._dead: BaseException | None = None
         self._thread: threading.Thread | None = None
-        self._streams: dict[str, _Stream] = {}
-        # Requests delivered once, at the end (generate(stream=False)): the pieces so far.
-        self._held: dict[str, tuple[list[str], list[int]]] = {}
-        self._streams_lock = threading.Lock()
+        self._streams = RequestStreams()
         self._listeners: list[Callable[[StepRecord], None]] = []
-        self._drain_waiters: list[tuple[asyncio.AbstractEventLoop, asyncio.Event]] = []
-        self._pending_futures: set[concurrent.futures.Future[Any]] = set()
+        self._shut_down = False
 
     # -- lifecycle -------------------------------------------------------------------------
 
@@ -73,13 +67,21 @@ class AsyncEngine:
     def is_alive(self) -> bool:
         return self._thread is not None and self._thread.is_alive() and self._dead is None
 
+    def on_death(self, handler: Callable[[BaseException], None]) -> None:
+        """`handler(error)` runs once if the step loop crashes (after every consumer got its
+        error): the server uses it to exit instead of staying half alive."""
+        self._streams.on_death(handler)
+
     def shutdown(self, timeout_seconds: float = 10.0) -> None:
+        if self._shut_down:
+            return
+        self._shut_down = True
         with self._cond:
             self._stopping = True
             self._cond.notify_all()
         if self._thread is not None and self._thread is not threading.current_thread():
             self._thread.join(timeout_seconds)
-        self._fail_all(EngineDeadError("the engine was shut down"))
+        self._streams.fail_all(EngineDeadError("the engine was shut down"))
         self._engine.close()
 
     @property
@@ -93,6 +95,14 @@ class AsyncEngine:
     @property
     def config(self) -> EngineConfig:
         return self._engine.config
+
+    @property
+    def device(self) -> str:
+        return str(getattr(self._engine.runner, "device", self._engine.config.device))
+
+    def memory_stats(self) -> dict[str, int]:
+        stats = getattr(self._engine.runner, "memory_stats", None)
+        return stats() if stats is not None else {}
 
     # -- requests --------------------------------------------------------------------------
 
@@ -114,14 +124,6 @@ class AsyncEngine:
         self._check_alive()
         if self._draining:
             raise AdmissionError("draining")
-        loop = asyncio.get_running_loop()
-        queue: asyncio.Queue[RequestOutput | BaseException] = asyncio.Queue()
-        with self._streams_lock:
-            if request_id in self._streams:
-                raise RequestValidationError("request_id", f"{request_id!r} is already in flight")
-            self._streams[request_id] = (loop, queue)
-            if not stream:
-                self._held[request_id] = ([], [])
         arrival = time.monotonic()
 
         def add() -> None:
@@ -130,47 +132,38 @@ class AsyncEngine:
                     request_id, prompt_token_ids, params, priority=priority, arrival_time=arrival
                 )
             except EngineError as exc:
-                self._deliver_to(request_id, exc)
+                self._streams.deliver(request_id, exc)
 
-        finished = False
-        try:
-            self._submit(add)
-            while True:
-                item = await queue.get()
-                if isinstance(item, BaseException):
-                    finished = True
-                    raise item
-                if item.finished:
-                    finished = True
-                    yield item
-                    return
-                yield item
-        finally:
-            with self._streams_lock:
-                self._streams.pop(request_id, None)
-                self._held.pop(request_id, None)
-            if not finished and self._dead is None:
-                self._submit(lambda: self._engine.abort(request_id))
+        async for output in self._streams.consume(
+            request_id,
+            stream=stream,
+            submit=lambda: self._submit(add),
+            abort=lambda: self._submit(lambda: self._engine.abort(request_id)),
+            is_dead=lambda: self._dead is not None,
+        ):
+            yield output
 
     async def abort(self, request_id: str) -> None:
         self._check_alive()
         self._submit(lambda: self._engine.abort(request_id))
 
     async def embed(self, token_id_lists: list[list[int]]) -> list[list[float]]:
-        """Run the runner's embed on the engine thread between steps."""
+        """Run the runner's embed on the engine thread between steps. A failure of the forward
+        pass fails this call only (EngineFailure); the loop keeps serving."""
         self._check_alive()
-        future: concurrent.futures.Future[list[list[float]]] = concurrent.futures.Future()
+        future = self._streams.new_future()
 
         def run() -> None:
-            self._pending_futures.discard(future)
             if not future.set_running_or_notify_cancel():
                 return
             try:
                 future.set_result(self._engine.embed(token_id_lists))
             except EngineError as exc:
                 future.set_exception(exc)
+            except Exception as exc:
+                logger.exception("embedding forward pass failed")
+                future.set_exception(EngineFailure(f"embedding failed: {exc!r}"))
 
-        self._pending_futures.add(future)
         self._submit(run)
         return await asyncio.wrap_future(future)
 
@@ -185,11 +178,8 @@ class AsyncEngine:
             await self._wait_drained(max(1.0, timeout_seconds))
 
     async def _wait_drained(self, timeout_seconds: float) -> bool:
-        event = asyncio.Event()
-        with self._cond:
-            self._drain_waiters.append((asyncio.get_running_loop(), event))
-            self._kicked = True
-            self._cond.notify_all()
+        event = self._streams.add_drain_waiter()
+        self._kick()
         try:
             await asyncio.wait_for(event.wait(), timeout_seconds)
         except asyncio.TimeoutError:  # not the builtin TimeoutError before Python 3.11
@@ -201,7 +191,7 @@ class AsyncEngine:
     def get_batching(self) -> dict[str, Any]:
         return self._engine.get_batching()
 
-    def update_batching(self, changes: dict[str, Any]) -> dict[str, Any]:
+    async def update_batching(self, changes: dict[str, Any]) -> dict[str, Any]:
         with self._engine_lock:
             previous = self._engine.update_batching(changes)
         self._kick()
@@ -262,80 +252,15 @@ class AsyncEngine:
         except BaseException as exc:  # the loop must report any crash, whatever its type
             logger.exception("engine loop crashed")
             self._dead = exc
-            self._fail_all(EngineDeadError(f"the engine loop crashed: {exc!r}"))
+            self._streams.fail_all(EngineDeadError(f"the engine loop crashed: {exc!r}"), died=exc)
 
     def _publish(self, result: StepResult) -> None:
-        # One wake-up per consumer loop per step, not one per output: each
-        # call_soon_threadsafe writes to the loop's self-pipe, and at 64 streams that cost
-        # competes with the engine for the same cores.
-        batches: dict[asyncio.AbstractEventLoop, list[tuple[asyncio.Queue[Any], Any]]] = {}
-        with self._streams_lock:
-            held = self._held
-            for output in result.outputs:
-                stream = self._streams.get(output.request_id)
-                if stream is None:
-                    continue
-                if held and output.request_id in held:
-                    output = _hold(held, output)
-                    if output is None:
-                        continue
-                loop, queue = stream
-                batches.setdefault(loop, []).append((queue, output))
-        for loop, items in batches.items():
-            _call_soon(loop, _put_all, items)
+        self._streams.publish(result.outputs)
         if result.record is not None:
             for listener in self._listeners:
                 try:
                     listener(result.record)
                 except Exception:  # a broken observer must not stop serving
                     logger.exception("step listener failed")
-        if self._drain_waiters and not self._engine.has_unfinished():
-            with self._cond:
-                waiters, self._drain_waiters = self._drain_waiters, []
-            for loop, event in waiters:
-                _call_soon(loop, event.set)
-
-    def _deliver_to(self, request_id: str, item: RequestOutput | BaseException) -> None:
-        with self._streams_lock:
-            stream = self._streams.get(request_id)
-        if stream is not None:
-            loop, queue = stream
-            _call_soon(loop, queue.put_nowait, item)
-
-    def _fail_all(self, error: EngineDeadError) -> None:
-        with self._streams_lock:
-            streams = list(self._streams.values())
-        for loop, queue in streams:
-            _call_soon(loop, queue.put_nowait, error)
-        for future in list(self._pending_futures):
-            if future.set_running_or_notify_cancel():
-                future.set_exception(error)
-        self._pending_futures.clear()
-        with self._cond:
-            waiters, self._drain_waiters = self._drain_waiters, []
-        for loop, event in waiters:
-            _call_soon(loop, event.set)
-
-
-def _hold(
-    held: dict[str, tuple[list[str], list[int]]], output: RequestOutput
-) -> RequestOutput | None:
-    """Keep a non-streamed request's pieces; at its end, one output with all of them."""
-    texts, token_ids = held[output.request_id]
-    texts.append(output.new_text)
-    token_ids.extend(output.new_token_ids)
-    if not output.finished:
-        return None
-    del held[output.request_id]
-    return dataclasses.replace(output, new_text="".join(texts), new_token_ids=token_ids)
-
-
-def _put_all(items: list[tuple[asyncio.Queue[Any], Any]]) -> None:
-    for queue, item in items:
-        queue.put_nowait(item)
-
-
-def _call_soon(loop: asyncio.AbstractEventLoop, fn: Callable[..., Any], *args: Any) -> None:
-    # RuntimeError: the consumer's loop has closed; nobody is listening any more.
-    with contextlib.suppress(RuntimeError):
-        loop.call_soon_threadsafe(fn, *args)
+        if self._streams.has_drain_waiters and not self._engine.has_unfinished():
+            self._streams.wake_drain_waiters()

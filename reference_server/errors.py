@@ -6,11 +6,14 @@ It owns the error types and their fields only; the HTTP layer maps them to statu
 
 from __future__ import annotations
 
+from typing import Any
+
 __all__ = [
     "AdmissionError",
     "ConfigError",
     "EngineDeadError",
     "EngineError",
+    "EngineFailure",
     "RequestValidationError",
 ]
 
@@ -27,6 +30,11 @@ class ConfigError(EngineError):
         self.field = field
         self.message = message
 
+    def __reduce__(self) -> tuple[Any, ...]:
+        # Errors cross the engine-core process boundary pickled; the default reduce would call
+        # __init__ with the formatted message alone.
+        return (type(self), (self.field, self.message))
+
     def with_prefix(self, prefix: str) -> ConfigError:
         """The same error, its field name nested under `prefix`."""
         if self.field == "<root>":
@@ -42,6 +50,9 @@ class RequestValidationError(EngineError):
         self.field = field
         self.message = message
 
+    def __reduce__(self) -> tuple[Any, ...]:
+        return (type(self), (self.field, self.message))
+
 
 class AdmissionError(EngineError):
     """A valid request was refused for now (`reason`: "queue_full", "draining", ...)."""
@@ -52,6 +63,18 @@ class AdmissionError(EngineError):
         self.reason = reason
         self.retry_after_seconds = retry_after_seconds
 
+    def __reduce__(self) -> tuple[Any, ...]:
+        return (_admission_error, (self.reason, self.retry_after_seconds))
+
 
 class EngineDeadError(EngineError):
     """The engine's step loop has stopped (crashed or shut down); no request can progress."""
+
+
+class EngineFailure(EngineError):
+    """One request's work failed inside the engine (an exception in its forward pass); the
+    engine itself keeps serving. The HTTP layer answers it with a 500-class error."""
+
+
+def _admission_error(reason: str, retry_after_seconds: float | None) -> AdmissionError:
+    return AdmissionError(reason, retry_after_seconds=retry_after_seconds)

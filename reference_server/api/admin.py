@@ -69,7 +69,7 @@ async def batching(request: Request) -> Response:
     if not changes:
         raise APIError.invalid("body", "names no setting to change")
     try:
-        previous = engine.update_batching(changes)
+        previous = await engine.update_batching(changes)
     except ConfigError as exc:
         raise APIError.invalid(exc.field, exc.message, code="invalid_setting") from None
     return json_response({"previous": previous, "current": engine.get_batching()})

@@ -18,6 +18,7 @@ from reference_server.errors import (
     ConfigError,
     EngineDeadError,
     EngineError,
+    EngineFailure,
     RequestValidationError,
 )
 
@@ -104,6 +105,9 @@ def from_engine_error(exc: EngineError) -> APIError:
         return APIError(
             503, f"engine is not running: {exc}", type="service_unavailable", code="engine_dead"
         )
+    if isinstance(exc, EngineFailure):
+        return APIError(500, f"the engine failed on this request: {exc}", type="server_error",
+                        code="engine_failure")  # fmt: skip
     if isinstance(exc, ConfigError):
         field = getattr(exc, "field", None) or "config"
         return APIError.invalid(field, getattr(exc, "message", None) or str(exc))

@@ -179,7 +179,7 @@ def test_step_listeners_and_live_batching_updates():
     async def main():
         with _started() as engine:
             engine.add_step_listener(lambda record: seen.append(record.seq))
-            previous = engine.update_batching({"policy": "static"})
+            previous = await engine.update_batching({"policy": "static"})
             assert previous["policy"] == "continuous"
             assert engine.get_batching()["policy"] == "static"
             await _collect(engine, "a", _params(3))
@@ -215,7 +215,7 @@ def test_idle_loop_sleeps_instead_of_polling():
                 return original()
 
             e.engine.next_wakeup_seconds = counting  # type: ignore[method-assign]
-            e.update_batching({"interactive": {"max_wait_ms": 100}})  # wakes the loop once
+            await e.update_batching({"interactive": {"max_wait_ms": 100}})  # wakes the loop once
             await asyncio.sleep(0.15)  # idle: nothing to do until a request arrives
             idle_calls = len(calls)
             await _collect(e, "a", _params(1))  # waits out a 100 ms window

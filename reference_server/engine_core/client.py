@@ -1,0 +1,339 @@
+"""EngineCoreClient: the API process's handle on the engine core process, with AsyncEngine's
+interface (generate, abort, embed, drain, get/update_batching, stats, steps_after, listeners).
+
+It owns the child process and both ends of the pipe in this process: a sender thread (so the
+event loop never blocks on a full pipe while the core is inside a long step) and a receiver
+thread that turns each STEP message into queue puts for the consumers (RequestStreams), feeds
+the step listeners and the local step-record ring behind /admin/steps, and keeps the latest
+statistics snapshot that stats() and memory_stats() return without asking the core. When the
+core dies (pipe end-of-file, or a DEAD message), every request in flight gets EngineDeadError,
+is_alive() turns false at once, and the death handlers run (the server exits non-zero).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import itertools
+import logging
+import multiprocessing
+import threading
+import time
+from collections import deque
+from collections.abc import AsyncIterator, Callable
+from typing import Any
+
+from reference_server.config import EngineConfig
+from reference_server.engine_core import wire
+from reference_server.errors import AdmissionError, ConfigError, EngineDeadError
+from reference_server.outputs import EngineStats, RequestOutput
+from reference_server.request_streams import RequestStreams
+from reference_server.sampling_params import SamplingParams
+from reference_server.step_record import StepLog, StepRecord
+from reference_server.tokenizer import ByteTokenizer
+
+__all__ = ["EngineCoreClient"]
+
+logger = logging.getLogger("reference_server.engine_core")
+
+# After SHUTDOWN, how long the core gets to close its files before it is terminated.
+_EXIT_WAIT_SECONDS = 5.0
+
+
+class EngineCoreClient:
+    def __init__(self, config: EngineConfig, *, log_level: str = "info") -> None:
+        self._config = config
+        self._log_level = log_level
+        self._tokenizer = ByteTokenizer()
+        self._streams = RequestStreams()
+        self._step_log = StepLog(max_records=config.step_log_size)
+        self._listeners: list[Callable[[StepRecord], None]] = []
+        self._process: multiprocessing.process.BaseProcess | None = None
+        self._conn: Any = None
+        self._outbox: deque[bytes] = deque()
+        self._outbox_cond = threading.Condition()
+        self._call_ids = itertools.count(1)
+        self._calls: dict[int, Any] = {}
+        self._calls_lock = threading.Lock()
+        self._batching: dict[str, Any] = {}
+        self._device = config.device
+        self._snapshot: dict[str, Any] = {"stats": EngineStats(), "memory": {}, "num_unfinished": 0}
+        self._draining = False
+        self._dead: str | None = None
+        self._closing = False
+        self._threads: list[threading.Thread] = []
+
+    # -- lifecycle -------------------------------------------------------------------------
+
+    def start(self, timeout_seconds: float | None = None) -> None:
+        """Start the core and wait until its engine is built (the model loaded). Raises
+        EngineDeadError with the core's own reason if it does not come up."""
+        if self._process is not None:
+            raise RuntimeError("EngineCoreClient already started")
+        from reference_server.engine_core.core import run_engine_core
+
+        # spawn, not fork: the API process has threads (and maybe CUDA) that a fork would copy
+        # in an undefined state.
+        context = multiprocessing.get_context("spawn")
+        parent_end, child_end = context.Pipe(duplex=True)
+        process = context.Process(
+            target=run_engine_core,
+            args=(self._config, child_end, self._log_level),
+            name="engine-core",
+            daemon=True,
+        )
+        process.start()
+        child_end.close()  # else the pipe never reaches end-of-file when the core dies
+        self._process, self._conn = process, parent_end
+        if not parent_end.poll(timeout_seconds):
+            self._kill()
+            raise EngineDeadError(f"the engine core did not start within {timeout_seconds} s")
+        try:
+            message = wire.decode(parent_end.recv_bytes())
+        except (EOFError, OSError):
+            process.join(_EXIT_WAIT_SECONDS)
+            raise EngineDeadError(
+                f"the engine core exited during start-up (exit code {process.exitcode})"
+            ) from None
+        if message[0] != wire.READY:
+            process.join(_EXIT_WAIT_SECONDS)
+            if message[0] == wire.DEAD and isinstance(message[2], ConfigError):
+                raise message[2]
+            raise EngineDeadError(str(message[1]) if len(message) > 1 else repr(message))
+        info = message[1]
+        self._device = info["device"]
+        self._batching = info["batching"]
+        self._snapshot = info["snapshot"]
+        for target, name in ((self._receive_loop, "engine-core-rx"),
+                             (self._send_loop, "engine-core-tx")):  # fmt: skip
+            thread = threading.Thread(target=target, name=name, daemon=True)
+            thread.start()
+            self._threads.append(thread)
+
+    @property
+    def pid(self) -> int | None:
+        return None if self._process is None else self._process.pid
+
+    def is_alive(self) -> bool:
+        return self._process is not None and self._dead is None and self._process.is_alive()
+
+    def on_death(self, handler: Callable[[BaseException], None]) -> None:
+        self._streams.on_death(handler)
+
+    def shutdown(self, timeout_seconds: float = 10.0) -> None:
+        if self._process is None or self._closing:
+            return
+        self._closing = True
+        if self._dead is None:
+            self._post((wire.SHUTDOWN,))
+        self._process.join(min(timeout_seconds, _EXIT_WAIT_SECONDS))
+        if self._process.is_alive():
+            logger.warning("the engine core did not exit after shutdown; terminating it")
+            self._kill()
+        with self._outbox_cond:
+            self._outbox_cond.notify_all()
+        self._streams.fail_all(EngineDeadError("the engine was shut down"))
+        self._conn.close()
+
+    @property
+    def tokenizer(self) -> ByteTokenizer:
+        return self._tokenizer
+
+    @property
+    def config(self) -> EngineConfig:
+        return self._config
+
+    @property
+    def device(self) -> str:
+        return self._device
+
+    def memory_stats(self) -> dict[str, int]:
+        return dict(self._snapshot["memory"])
+
+    # -- requests --------------------------------------------------------------------------
+
+    async def generate(
+        self,
+        request_id: str,
+        prompt_token_ids: list[int],
+        params: SamplingParams,
+        *,
+        priority: str = "interactive",
+        stream: bool = True,
+    ) -> AsyncIterator[RequestOutput]:
+        """As AsyncEngine.generate: errors raise before the first output; leaving early aborts."""
+        self._check_alive()
+        if self._draining:
+            raise AdmissionError("draining")
+        add = (wire.ADD, request_id, prompt_token_ids, params, priority, time.monotonic())
+        async for output in self._streams.consume(
+            request_id,
+            stream=stream,
+            submit=lambda: self._post(add),
+            abort=lambda: self._post((wire.ABORT, request_id)),
+            is_dead=lambda: self._dead is not None,
+        ):
+            yield output
+
+    async def abort(self, request_id: str) -> None:
+        self._check_alive()
+        self._post((wire.ABORT, request_id))
+
+    async def embed(self, token_id_lists: list[list[int]]) -> list[list[float]]:
+        result: list[list[float]] = await self._call(wire.EMBED, token_id_lists)
+        return result
+
+    async def drain(self, timeout_seconds: float) -> None:
+        """Refuse new requests ("draining"), wait up to `timeout_seconds` for in-flight ones,
+        then abort whatever is left (its consumers get finish_reason "abort")."""
+        self._draining = True
+        if not self.is_alive():
+            return
+        if not await self._wait_drained(timeout_seconds):
+            self._post((wire.ABORT_ALL,))
+            await self._wait_drained(max(1.0, timeout_seconds))
+
+    async def _wait_drained(self, timeout_seconds: float) -> bool:
+        event = self._streams.add_drain_waiter()
+        self._post((wire.DRAIN_WAIT,))
+        try:
+            await asyncio.wait_for(event.wait(), timeout_seconds)
+        except asyncio.TimeoutError:  # not the builtin TimeoutError before Python 3.11
+            return False
+        return True
+
+    # -- settings and telemetry ------------------------------------------------------------
+
+    def get_batching(self) -> dict[str, Any]:
+        return self._batching
+
+    async def update_batching(self, changes: dict[str, Any]) -> dict[str, Any]:
+        previous, current = await self._call(wire.UPDATE_BATCHING, changes)
+        self._batching = current
+        return previous  # type: ignore[no-any-return]
+
+    def stats(self) -> EngineStats:
+        """The core's latest snapshot (at most SNAPSHOT_INTERVAL_SECONDS old while it steps,
+        exact once it is idle): /metrics never waits for a step."""
+        stats: EngineStats = self._snapshot["stats"]
+        return stats
+
+    def steps_after(self, seq: int, limit: int = 1000) -> tuple[list[dict[str, Any]], int, int]:
+        return self._step_log.after(seq, limit)
+
+    def add_step_listener(self, fn: Callable[[StepRecord], None]) -> None:
+        self._listeners.append(fn)
+
+    # -- plumbing --------------------------------------------------------------------------
+
+    def _check_alive(self) -> None:
+        if self._dead is not None:
+            raise EngineDeadError(f"the engine core died: {self._dead}")
+        if not self.is_alive():
+            raise EngineDeadError("the engine core is not running")
+
+    async def _call(self, kind: str, argument: Any) -> Any:
+        self._check_alive()
+        future = self._streams.new_future()
+        call_id = next(self._call_ids)
+        with self._calls_lock:
+            self._calls[call_id] = future
+        self._post((kind, call_id, argument))
+        try:
+            return await asyncio.wrap_future(future)
+        finally:
+            with self._calls_lock:
+                self._calls.pop(call_id, None)
+
+    def _post(self, message: tuple[Any, ...]) -> None:
+        data = wire.encode(message)
+        with self._outbox_cond:
+            self._outbox.append(data)
+            self._outbox_cond.notify()
+
+    def _send_loop(self) -> None:
+        try:
+            while True:
+                with self._outbox_cond:
+                    while not self._outbox and self._dead is None and not self._closing:
+                        self._outbox_cond.wait()
+                    if self._dead is not None or (self._closing and not self._outbox):
+                        return
+                    batch = list(self._outbox)
+                    self._outbox.clear()
+                for data in batch:
+                    self._conn.send_bytes(data)
+        except (OSError, ValueError):
+            pass  # the pipe is closed: the receiver reports the death
+
+    def _receive_loop(self) -> None:
+        reason = "the engine core exited"
+        try:
+            while True:
+                message = wire.decode(self._conn.recv_bytes())
+                if message[0] == wire.DEAD:
+                    reason = str(message[1])
+                    break
+                self._dispatch(message)
+        except (EOFError, OSError):
+            pass
+        except Exception as exc:  # a message this process cannot read: fail closed
+            logger.exception("engine core message could not be read")
+            reason = f"unreadable engine core message: {exc!r}"
+        if self._closing:
+            return
+        self._died(reason)
+
+    def _dispatch(self, message: tuple[Any, ...]) -> None:
+        kind = message[0]
+        if kind == wire.STEP:
+            _, packed, record, snapshot = message
+            if snapshot is not None:
+                self._snapshot = snapshot
+            self._streams.publish(wire.unpack_outputs(packed))
+            if record is not None:
+                self._step_log.append(record)
+                for listener in self._listeners:
+                    try:
+                        listener(record)
+                    except Exception:  # a broken observer must not stop serving
+                        logger.exception("step listener failed")
+        elif kind == wire.STATS:
+            self._snapshot = message[1]
+        elif kind == wire.REJECT:
+            self._streams.deliver(message[1], message[2])
+        elif kind == wire.REPLY:
+            _, call_id, result, error = message
+            with self._calls_lock:
+                future = self._calls.get(call_id)
+            if future is not None and not future.done():
+                if error is not None:
+                    future.set_exception(error)
+                else:
+                    future.set_result(result)
+        elif kind == wire.DRAINED:
+            self._streams.wake_drain_waiters()
+        else:
+            logger.warning("unknown engine core message %r ignored", kind)
+
+    def _died(self, reason: str) -> None:
+        self._dead = reason  # first: /health turns 503 now, not after the join below
+        process = self._process
+        if process is not None:
+            process.join(1.0)
+            code = process.exitcode
+            if code is not None and code < 0:
+                reason = f"{reason} (killed by signal {-code})"
+            elif code:
+                reason = f"{reason} (exit code {code})"
+            self._dead = reason
+        logger.error("engine core died: %s", reason)
+        with self._outbox_cond:
+            self._outbox_cond.notify_all()
+        error = EngineDeadError(f"the engine core died: {reason}")
+        self._streams.fail_all(error, died=error)
+
+    def _kill(self) -> None:
+        if self._process is not None and self._process.is_alive():
+            self._process.kill()
+            self._process.join(_EXIT_WAIT_SECONDS)
+
