@@ -1,8 +1,8 @@
 """Request records: the `requests.jsonl` line format of docs/records.md, its writer and validator.
 
 Owns `RequestRecord`, the line-flushed `RecordWriter` (every finished request is on disk at once,
-so a crash or Ctrl-C loses nothing finished; on close it adds the columnar mirror of
-`loadgen.columns` when it wrote the whole file), and `validate_record` / `validate_load_json`, which
+so a crash or Ctrl-C loses nothing finished; at a clean close it adds `requests.parquet` through
+`loadgen.parquet`), and `validate_record` / `validate_load_json`, which
 check objects against docs/records.md and are used by the tests. It does not compute derived
 metrics: their one formula each is the gate's (docs/records.md).
 """
@@ -11,14 +11,13 @@ from __future__ import annotations
 
 import itertools
 import math
-import shutil
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import IO, Any
 
 import orjson
 
-from loadgen.columns import ColumnMirror, columns_dir
+from loadgen.parquet import parquet_path, write_parquet
 
 __all__ = [
     "BATCH_JOB_STATUSES",
@@ -94,19 +93,21 @@ class RequestRecord:
 class RecordWriter:
     """Appends one JSON line per record and flushes it; ids already written are skipped.
 
-    With `columns` (the default) and a file that starts empty, closing also writes the columnar
-    mirror `requests.columns/` (docs/records.md) so a reader need not parse a large JSONL again.
+    With `parquet` (the default), closing also converts the file into `requests.parquet`
+    (docs/records.md), so readers and users' tools need not parse a large JSONL. The conversion
+    reads the closed file back: nothing is kept in memory per request during the run, and the
+    Parquet file holds exactly what the JSONL says.
     """
 
-    def __init__(self, path: str | Path, *, columns: bool = True) -> None:
+    def __init__(self, path: str | Path, *, parquet: bool = True) -> None:
         self.path = Path(path)
         self.path.parent.mkdir(parents=True, exist_ok=True)
-        shutil.rmtree(columns_dir(self.path), ignore_errors=True)  # it would mirror older lines
+        # One from before would no longer match once a line is added (readers would skip it).
+        parquet_path(self.path).unlink(missing_ok=True)
         self._file: IO[str] | None = self.path.open("a", encoding="utf-8")
         self._ids: set[str] = set()
         self.count = 0
-        # Appending to lines written before: the mirror could not cover them, so keep none.
-        self._mirror = ColumnMirror() if columns and self._file.tell() == 0 else None
+        self._parquet = parquet
 
     def write(self, record: RequestRecord | dict[str, Any]) -> bool:
         obj = record.to_dict() if isinstance(record, RequestRecord) else record
@@ -116,21 +117,15 @@ class RecordWriter:
         self._file.write(orjson.dumps(obj).decode() + "\n")
         self._file.flush()
         self.count += 1
-        if self._mirror is not None:
-            self._mirror.add(obj)
         return True
 
     def close(self) -> None:
         if self._file is not None:
             self._file.close()
             self._file = None
-            mirror, self._mirror = self._mirror, None
-            if mirror is not None:
-                try:
-                    mirror.write(self.path)
-                except (OSError, ValueError):
-                    # The JSONL is complete without it; readers parse the JSONL instead.
-                    shutil.rmtree(columns_dir(self.path), ignore_errors=True)
+            if self._parquet:
+                # None on failure: the JSONL is complete without it; readers convert it then.
+                write_parquet(self.path)
 
     def __enter__(self) -> RecordWriter:
         return self

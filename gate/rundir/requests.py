@@ -1,48 +1,38 @@
-"""Fast reader of `requests.jsonl` (docs/records.md) into numpy columns.
+"""Request records (docs/records.md) as numpy columns: `read_requests` and `RequestColumns`.
 
-Owns turning request records into arrays: times as float64 seconds (NaN for null), categorical
-fields (status, stage, priority, length class, endpoint) as small integer codes with their names,
-and per-token ITL gaps (computed block by block through `gate.rundir.gaps.itl_gaps`, so a million
-records with 32 chunks each never exist as Python floats all at once). It tolerates a partial
-final line and reports it; any other unreadable line is a RecordsError with its line number. When
-the load generator left a matching columnar mirror (`gate.rundir.columns`), it reads that
-instead of parsing. It does not know what the columns mean for a gate.
+Owns turning a profile's records into arrays: times as float64 seconds (NaN for null),
+categorical fields (status, stage, priority, length class, endpoint, chunk tokens source) as small
+integer codes with their names, and per-token ITL gaps (computed block by block through
+`gate.rundir.gaps.itl_gaps`, so a million records with 32 chunks each never exist as Python
+floats). The records come from `requests.parquet` when it may stand for the JSONL
+(`gate.rundir.request_parquet`), else from parsing `requests.jsonl` (`gate.rundir.jsonl_records`),
+which also writes the Parquet file so the next read is fast. It does not know what the columns
+mean for a gate.
 """
 
 from __future__ import annotations
 
-import gc
-import itertools
 from dataclasses import dataclass
-from operator import itemgetter
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
-import orjson
 
-from gate.errors import BatchgateError, ExitCode
-from gate.rundir.columns import CATEGORICAL_FIELDS, FLOAT_FIELDS, read_mirror
 from gate.rundir.gaps import itl_gaps
+from gate.rundir.jsonl_records import JsonlRecords
+from gate.rundir.record_schema import (
+    CATEGORICAL_FIELDS,
+    FLOAT_FIELDS,
+    RecordsError,
+    jsonl_stamp,
+    parquet_path,
+)
+from gate.rundir.request_parquet import ParquetSink, TrustedParquet, open_trusted
+
+if TYPE_CHECKING:
+    import pyarrow as pa
 
 __all__ = ["Categorical", "RecordsError", "RequestColumns", "read_requests"]
-
-_BLOCK_BYTES = 16 * 1024 * 1024
-_FLOAT_FIELDS = FLOAT_FIELDS
-# Optional in a JSONL record (older records lack them), read apart from the others, with the
-# value an older record meant: `endpoint` chat; `chunk_tokens_source` assumed (one token a chunk).
-_OPTIONAL_FIELDS = {"endpoint": "chat", "chunk_tokens_source": "assumed"}
-_CATEGORICAL_FIELDS = tuple(f for f in CATEGORICAL_FIELDS if f not in _OPTIONAL_FIELDS)
-_get_floats = itemgetter(*_FLOAT_FIELDS)
-_get_categoricals = itemgetter(*_CATEGORICAL_FIELDS)
-_get_chunk_times = itemgetter("chunk_times")
-_get_chunk_tokens = itemgetter("chunk_tokens")
-
-
-class RecordsError(BatchgateError, ValueError):
-    """An unreadable request record; the message names the file and line."""
-
-    default_exit_code = ExitCode.NO_DATA
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -86,181 +76,167 @@ class RequestColumns:
     itl_seconds: np.ndarray  # per-token gaps, request after request
     itl_counts: np.ndarray  # number of entries of itl_seconds per request (int64)
     partial_last_line: bool = False
+    # What the reader noticed about the files (a corrupt Parquet read around, one not written).
+    notes: tuple[str, ...] = ()
 
     @property
     def n(self) -> int:
         return len(self.planned_at)
 
 
+def read_requests(path: str | Path, *, max_records: int | None = None) -> RequestColumns:
+    """Read a profile's request records; `path` is its requests.jsonl.
+
+    Uses requests.parquet beside it when that may stand for the JSONL (docs/records.md), else
+    parses the JSONL (raising RecordsError, with the line number, on a corrupt line) and writes
+    the Parquet file from what it parsed. Without a JSONL the Parquet file is read on its own.
+    `max_records` reads only the JSONL's first that-many lines (complete lines: what a reader saw
+    of a file still being written, see `gate.rundir.abort`) and neither reads nor writes Parquet.
+    """
+    path = Path(path)
+    notes: list[str] = []
+    if max_records is None:
+        jsonl = path if path.exists() else None
+        trusted = open_trusted(parquet_path(path), jsonl, notes)
+        if trusted is not None:
+            columns = _from_parquet(path, trusted, notes, has_jsonl=jsonl is not None)
+            if columns is not None:
+                return columns
+        if jsonl is None and not notes:
+            raise RecordsError(f"{path}: cannot read: no such file")
+        if jsonl is None:
+            raise RecordsError(f"{parquet_path(path)}: {notes[-1].split(': ', 1)[-1]}")
+    return _from_jsonl(path, max_records, notes)
+
+
+def _from_parquet(
+    path: Path, trusted: TrustedParquet, notes: list[str], *, has_jsonl: bool
+) -> RequestColumns | None:
+    import pyarrow as pa
+
+    builder = _ColumnBuilder()
+    try:
+        for batch in trusted.batches():
+            builder.add(batch)
+    except (pa.ArrowException, OSError, ValueError) as exc:
+        # A file that opened but whose pages do not decode (truncated, bit rot).
+        problem = str(exc).strip().splitlines()[0][:200] if str(exc).strip() else repr(exc)
+        if not has_jsonl:
+            raise RecordsError(f"{parquet_path(path)}: unreadable: {problem}") from None
+        notes.append(f"{parquet_path(path).name}: unreadable ({problem}); read {path.name} instead")
+        return None
+    if not has_jsonl:
+        notes.append(f"{path.name} missing: read {parquet_path(path).name} alone")
+    return builder.build(path, partial_last_line=trusted.partial_last_line, notes=notes)
+
+
+def _from_jsonl(path: Path, max_records: int | None, notes: list[str]) -> RequestColumns:
+    records = JsonlRecords(path, max_records=max_records)
+    sink = ParquetSink(parquet_path(path)) if max_records is None else None
+    builder = _ColumnBuilder()
+    try:
+        for table in records.tables():
+            builder.add(table)
+            if sink is not None:
+                sink.write(table)
+    except BaseException:
+        if sink is not None:
+            sink.abort()
+        raise
+    if sink is not None:
+        sink.commit(
+            jsonl_stamp(
+                records.bytes_read, records.tail, partial_last_line=records.partial_last_line
+            )
+        )
+        if sink.failure is not None:
+            notes.append(sink.failure)
+    return builder.build(path, partial_last_line=records.partial_last_line, notes=notes)
+
+
 class _Codes:
+    """Codes of one categorical field, accumulated over tables whose dictionaries differ."""
+
     def __init__(self) -> None:
         self.table: dict[str, int] = {}
         self.parts: list[np.ndarray] = []
 
-    def add(self, values: Any) -> None:
+    def add(self, array: pa.Array) -> None:
+        import pyarrow as pa
+
+        if not pa.types.is_dictionary(array.type):
+            array = array.dictionary_encode()
         table = self.table
-        for name in dict.fromkeys(values):  # the few distinct names, in C
-            table.setdefault(name, len(table))
-        codes = np.fromiter(map(table.__getitem__, values), dtype=np.int16, count=len(values))
-        self.parts.append(codes)
+        remap = np.array(
+            [table.setdefault(str(name), len(table)) for name in array.dictionary.to_pylist()],
+            dtype=np.int16,
+        )
+        indices = array.indices.to_numpy(zero_copy_only=False)
+        self.parts.append(remap[indices] if len(remap) else np.zeros(0, dtype=np.int16))
 
     def build(self) -> Categorical:
         codes = np.concatenate(self.parts) if self.parts else np.zeros(0, dtype=np.int16)
-        return Categorical(codes=codes, names=tuple(str(k) for k in self.table))
+        return Categorical(codes=codes, names=tuple(self.table))
 
 
-_CACHE_VERSION = 2
-_ARRAY_FIELDS = (*_FLOAT_FIELDS, "itl_seconds", "itl_counts")
+class _ColumnBuilder:
+    """The gate's columns of tables (or record batches) of requests.parquet's schema."""
 
+    def __init__(self) -> None:
+        self.floats: dict[str, list[np.ndarray]] = {name: [] for name in FLOAT_FIELDS}
+        self.codes = {name: _Codes() for name in CATEGORICAL_FIELDS}
+        self.gaps: list[np.ndarray] = []
+        self.counts: list[np.ndarray] = []
 
-def read_requests(path: str | Path, *, max_records: int | None = None) -> RequestColumns:
-    """Read one requests.jsonl; raises RecordsError (with line number) on a corrupt line.
+    def add(self, table: pa.Table | pa.RecordBatch) -> None:
+        import pyarrow as pa
+        import pyarrow.compute as pc
 
-    `max_records` reads only the file's first that-many lines (complete lines: what a reader
-    saw of a file still being written, see `gate.rundir.abort`); it skips the mirror.
-
-    A columnar mirror written by the load generator (docs/records.md, `requests.columns/`) is
-    used when its stamp matches the file: it is the one column format of a run (a run without
-    it, e.g. one that crashed before its clean close, is parsed on every read).
-    """
-    path = Path(path)
-    mirrored = None if max_records is not None else read_mirror(path)
-    if mirrored is not None:
-        for name in CATEGORICAL_FIELDS:
-            codes, names = mirrored[name]
-            mirrored[name] = Categorical(codes=codes, names=names)
-        return RequestColumns(path=str(path), **mirrored)
-    # Parsing creates millions of short-lived containers; the cyclic collector would rescan
-    # them over and over (it doubles the parse time) and none of them form cycles.
-    was_enabled = gc.isenabled()
-    gc.disable()
-    try:
-        return _read(path, max_records)
-    finally:
-        if was_enabled:
-            gc.enable()
-
-
-def _read(path: Path, max_records: int | None = None) -> RequestColumns:
-    floats: list[np.ndarray] = []
-    itl_parts: list[np.ndarray] = []
-    count_parts: list[np.ndarray] = []
-    categoricals = {name: _Codes() for name in CATEGORICAL_FIELDS}
-    partial = False
-    first_line = 1
-    try:
-        handle = path.open("rb")
-    except OSError as exc:
-        raise RecordsError(f"{path}: cannot read: {exc}") from None
-    with handle:
-        pending = handle.readlines(_BLOCK_BYTES)
-        while pending:
-            lines = pending
-            pending = handle.readlines(_BLOCK_BYTES)
-            if max_records is not None and first_line - 1 + len(lines) >= max_records:
-                lines, pending = lines[: max_records - first_line + 1], []
-            if not pending and lines and not lines[-1].endswith(b"\n"):
-                # A writer killed mid-line leaves this; records.md says skip it and say so.
-                try:
-                    orjson.loads(lines[-1])
-                except orjson.JSONDecodeError:
-                    lines = lines[:-1]
-                    partial = True
-            objects = _parse_block(lines, path, first_line)
-            first_line += len(lines)
-            if not objects:
-                continue
-            try:
-                floats.append(np.array(list(map(_get_floats, objects)), dtype=np.float64))
-                cats = list(zip(*map(_get_categoricals, objects), strict=True))
-                for name, values in zip(_CATEGORICAL_FIELDS, cats, strict=True):
-                    categoricals[name].add(values)
-                for name, default in _OPTIONAL_FIELDS.items():
-                    categoricals[name].add([o.get(name, default) for o in objects])
-                chunk_times = list(map(_get_chunk_times, objects))
-                chunk_tokens = list(map(_get_chunk_tokens, objects))
-            except (KeyError, TypeError, ValueError) as exc:
-                raise _locate_bad_record(objects, path, first_line - len(lines), exc) from None
-            try:
-                gaps, counts = _block_itl(chunk_times, chunk_tokens)
-            except (RecordsError, TypeError, ValueError) as exc:
-                start = first_line - len(lines)
-                raise RecordsError(f"{path}: records from line {start}: {exc}") from None
-            itl_parts.append(gaps)
-            count_parts.append(counts)
-    table = np.concatenate(floats) if floats else np.zeros((0, len(_FLOAT_FIELDS)))
-    columns = {name: np.ascontiguousarray(table[:, i]) for i, name in enumerate(_FLOAT_FIELDS)}
-    return RequestColumns(
-        path=str(path),
-        **columns,
-        **{name: codes.build() for name, codes in categoricals.items()},
-        itl_seconds=np.concatenate(itl_parts) if itl_parts else np.zeros(0, dtype=np.float32),
-        itl_counts=np.concatenate(count_parts) if count_parts else np.zeros(0, dtype=np.int64),
-        partial_last_line=partial,
-    )
-
-
-def _parse_block(lines: list[bytes], path: Path, first_line: int) -> list[dict[str, Any]]:
-    try:
-        objects = list(map(orjson.loads, lines))
-    except orjson.JSONDecodeError:
-        objects = []
-        for offset, line in enumerate(lines):
-            if not line.strip():
-                continue
-            try:
-                objects.append(orjson.loads(line))
-            except orjson.JSONDecodeError as exc:
-                raise RecordsError(
-                    f"{path}:{first_line + offset}: not a JSON object: {exc}"
-                ) from None
-        return objects
-    # A line that is JSON but not an object fails field extraction with TypeError, which
-    # `_locate_bad_record` turns into a message with its line number.
-    return objects
-
-
-def _locate_bad_record(
-    objects: list[dict[str, Any]], path: Path, first_line: int, exc: Exception
-) -> RecordsError:
-    required = (*_FLOAT_FIELDS, *_CATEGORICAL_FIELDS, "chunk_times", "chunk_tokens")
-    for offset, obj in enumerate(objects):
-        if not isinstance(obj, dict):
-            return RecordsError(f"{path}:{first_line + offset}: expected a JSON object")
-        for name in required:
-            if name not in obj:
-                return RecordsError(f"{path}:{first_line + offset}: missing field {name!r}")
-        for name in _FLOAT_FIELDS:
-            value = obj[name]
-            if value is not None and (
-                isinstance(value, bool) or not isinstance(value, (int, float))
-            ):
-                return RecordsError(
-                    f"{path}:{first_line + offset}: {name} must be a number or null"
-                )
-        for name in _CATEGORICAL_FIELDS:
-            if not isinstance(obj[name], str):
-                return RecordsError(f"{path}:{first_line + offset}: {name} must be a string")
-    return RecordsError(f"{path}: unreadable records near line {first_line}: {exc}")
-
-
-def _block_itl(
-    chunk_times: list[list[float]], chunk_tokens: list[list[int]]
-) -> tuple[np.ndarray, np.ndarray]:
-    num_chunks = np.fromiter(map(len, chunk_times), dtype=np.int64, count=len(chunk_times))
-    total = int(num_chunks.sum())
-    times = np.fromiter(itertools.chain.from_iterable(chunk_times), dtype=np.float64, count=total)
-    token_lengths = np.fromiter(map(len, chunk_tokens), dtype=np.int64, count=len(chunk_tokens))
-    if not np.array_equal(token_lengths, num_chunks):
-        raise RecordsError("chunk_tokens must have the same length as chunk_times in every record")
-    # Equal sums mean one token per chunk unless a zero-token chunk pairs with a multi-token one,
-    # which a content chunk (it carries generated text) cannot be.
-    token_sums = np.fromiter(map(sum, chunk_tokens), dtype=np.float64, count=len(chunk_tokens))
-    if np.array_equal(token_sums, num_chunks):
-        # Every chunk carries one token (the common streaming case): skip flattening them.
-        tokens = None
-    else:
-        tokens = np.fromiter(
-            itertools.chain.from_iterable(chunk_tokens), dtype=np.int64, count=total
+        for name, parts in self.floats.items():
+            column = _array(table, name).cast(pa.float64())
+            parts.append(pc.fill_null(column, np.nan).to_numpy(zero_copy_only=False))
+        for name, codes in self.codes.items():
+            codes.add(_array(table, name))
+        times, tokens = _array(table, "chunk_times"), _array(table, "chunk_tokens")
+        num_chunks = pc.list_value_length(times).to_numpy(zero_copy_only=False).astype(np.int64)
+        gaps, counts = _itl(
+            times.flatten().to_numpy(zero_copy_only=False),
+            tokens.flatten().to_numpy(zero_copy_only=False),
+            num_chunks,
         )
-    return itl_gaps(times, tokens, num_chunks)
+        self.gaps.append(gaps)
+        self.counts.append(counts)
+
+    def build(self, path: Path, *, partial_last_line: bool, notes: list[str]) -> RequestColumns:
+        def joined(parts: list[np.ndarray], dtype: Any) -> np.ndarray:
+            return np.concatenate(parts) if parts else np.zeros(0, dtype=dtype)
+
+        return RequestColumns(
+            path=str(path),
+            **{name: joined(parts, np.float64) for name, parts in self.floats.items()},
+            **{name: codes.build() for name, codes in self.codes.items()},
+            itl_seconds=joined(self.gaps, np.float32),
+            itl_counts=joined(self.counts, np.int64),
+            partial_last_line=partial_last_line,
+            notes=tuple(notes),
+        )
+
+
+def _array(table: pa.Table | pa.RecordBatch, name: str) -> pa.Array:
+    import pyarrow as pa
+
+    column = table.column(name)
+    return column.combine_chunks() if isinstance(column, pa.ChunkedArray) else column
+
+
+def _itl(
+    times: np.ndarray, tokens: np.ndarray, num_chunks: np.ndarray
+) -> tuple[np.ndarray, np.ndarray]:
+    # When every record's token sum equals its chunk count, every chunk counts as one token (a
+    # content chunk cannot carry zero tokens): the common streaming case skips the token weights.
+    one_each = len(tokens) == 0 or tokens.min() == tokens.max() == 1
+    if not one_each:
+        sums = np.concatenate(([0], np.cumsum(tokens, dtype=np.int64)))
+        bounds = np.concatenate(([0], np.cumsum(num_chunks)))
+        one_each = np.array_equal(sums[bounds[1:]] - sums[bounds[:-1]], num_chunks)
+    return itl_gaps(times, None if one_each else tokens.astype(np.int64), num_chunks)

@@ -1,4 +1,4 @@
-"""Reading a run directory (docs/records.md, docs/records.md) into `RunData`.
+"""Reading a run directory (docs/records.md) into `RunData`.
 
 Owns locating profiles (a run directory with `manifest.json` and one sub-directory per profile,
 or a single `batchgate load --out DIR` directory), reading `manifest.json`, `load.json`, and the
@@ -26,6 +26,7 @@ from gate.rundir.abort import (
     AbortRecordError,
     read_abort,
 )
+from gate.rundir.record_schema import parquet_path
 from gate.rundir.requests import RecordsError, RequestColumns, read_requests
 
 __all__ = [
@@ -39,6 +40,8 @@ __all__ = [
     "provenance",
 ]
 
+# A profile's request records: the JSONL log, or the Parquet file of them (a run shared as that).
+_REQUEST_FILES = ("requests.jsonl", "requests.parquet")
 _STEP_FIELDS = (
     "t",
     "duration_seconds",
@@ -200,14 +203,14 @@ def _profile(name: str, directory: Path) -> ProfileData:
     load = _read_json(directory / "load.json")
     requests = None
     requests_path = directory / "requests.jsonl"
-    if requests_path.exists():
+    if requests_path.exists() or parquet_path(requests_path).exists():
         try:
-            # Cache columns only once the profile finished (load.json written).
             requests = read_requests(requests_path)
         except RecordsError as exc:
             raise RunDirError(str(exc)) from None
         if requests.partial_last_line:
             notes.append("requests.jsonl: skipped a partial last line")
+        notes.extend(requests.notes)
     else:
         notes.append("requests.jsonl missing")
     if load is None:
@@ -277,7 +280,7 @@ def profile_prefix(
 
 
 def _is_profile_dir(path: Path) -> bool:
-    return (path / "load.json").exists() or (path / "requests.jsonl").exists()
+    return any((path / name).exists() for name in ("load.json", *_REQUEST_FILES))
 
 
 def load_run(path: str | Path) -> RunData:
@@ -307,7 +310,7 @@ def load_run(path: str | Path) -> RunData:
     if isinstance(unmeasurable, dict):
         notes.extend(f"gate {name}: {why}" for name, why in sorted(unmeasurable.items()))
     was_enabled = gc.isenabled()
-    gc.disable()  # see gate.rundir.requests: parsing builds many acyclic containers
+    gc.disable()  # parsing the observer files builds many acyclic containers to rescan
     try:
         profiles = {name: _profile(name, d) for name, d in directories.items()}
     finally:

@@ -13,7 +13,7 @@ import time
 import pytest
 from lg_support import REPO, itl_gaps, read_load, read_records, run_loadgen
 
-from loadgen.columns import columns_dir, validate_columns
+from loadgen.parquet import validate_parquet
 from loadgen.percentile import percentile
 from loadgen.plan import build_plan
 from loadgen.profiles import resolve
@@ -75,8 +75,8 @@ def test_open_loop_run_writes_valid_records_with_exact_ttft_and_itl(fake_server,
     records, load = read_records(out), read_load(out)
     assert validate_load_json(load) == []
     assert all(validate_record(r) == [] for r in records)
-    # The columnar mirror of docs/records.md is left beside the JSONL by a finished run.
-    assert validate_columns(columns_dir(out / "requests.jsonl"), out / "requests.jsonl") == []
+    # requests.parquet (docs/records.md) is left beside the JSONL by a finished run.
+    assert validate_parquet(out / "requests.jsonl") == []
     assert len(records) == load["sent_requests"] == load["planned_requests"] > 20
     assert load["counts_by_status"] == {"ok": len(records)}
     assert load["measurement_valid"] and load["ended"] == "completed"

@@ -21,7 +21,7 @@ PURE = [
     "loadgen.plan",
     "loadgen.dataset",
     "loadgen.records",
-    "loadgen.columns",
+    "loadgen.parquet",
     "loadgen.percentile",
     "loadgen.load_json",
     "loadgen.batch_job",

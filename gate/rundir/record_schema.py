@@ -1,0 +1,151 @@
+"""The request record's columns as the gate reads them, and `requests.parquet`'s schema and stamp
+(docs/records.md).
+
+Owns the one list of fields the gate reads (clocks and counts as float64, categorical fields,
+chunk lists), the Arrow schema of `requests.parquet` (every field of a JSONL record, in line
+order), the values an older record's missing optional fields mean, and the stamp that ties a
+Parquet file to the JSONL bytes it was made from (`jsonl_stamp`). It never imports the writer
+(`loadgen.parquet` keeps its own copy of the schema; a test pins that the two agree with
+docs/records.md) and reads no records itself.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+from gate.errors import BatchgateError, ExitCode
+
+if TYPE_CHECKING:
+    import pyarrow as pa
+
+__all__ = [
+    "CATEGORICAL_FIELDS",
+    "FLOAT_FIELDS",
+    "META_JSONL_BYTES",
+    "META_JSONL_TAIL_SHA256",
+    "META_PARTIAL_LAST_LINE",
+    "META_SCHEMA",
+    "META_SCHEMA_VERSION",
+    "NULLABLE_FIELDS",
+    "OPTIONAL_DEFAULTS",
+    "REQUIRED_FIELDS",
+    "SCHEMA_NAME",
+    "SCHEMA_VERSION",
+    "TAIL_BYTES",
+    "RecordsError",
+    "jsonl_stamp",
+    "jsonl_tail",
+    "parquet_path",
+    "requests_schema",
+]
+
+SCHEMA_NAME = "batchgate.requests"
+SCHEMA_VERSION = 1
+# Key-value metadata of requests.parquet (docs/records.md): bytes in, bytes out.
+META_SCHEMA = b"batchgate.schema"
+META_SCHEMA_VERSION = b"batchgate.schema_version"
+META_JSONL_BYTES = b"batchgate.jsonl_bytes"
+META_JSONL_TAIL_SHA256 = b"batchgate.jsonl_tail_sha256"
+META_PARTIAL_LAST_LINE = b"batchgate.partial_last_line"
+# How much of the JSONL's end the stamp hashes: a writer only appends, so a JSONL that changed
+# after the Parquet was made differs in size or in its last bytes.
+TAIL_BYTES = 64 * 1024
+
+# The fields the gate reads, as float64 (NaN for null) and as categorical codes.
+FLOAT_FIELDS = (
+    "planned_at",
+    "sent_at",
+    "first_token_at",
+    "done_at",
+    "prompt_tokens",
+    "output_tokens",
+    "http_status",
+)
+CATEGORICAL_FIELDS = (
+    "status",
+    "stage",
+    "priority",
+    "length_class",
+    "endpoint",
+    "chunk_tokens_source",
+)
+# Optional in a JSONL record (older records lack them), with the value such a record meant:
+# `endpoint` chat; `chunk_tokens_source` assumed (one token a chunk). The Parquet holds the value.
+OPTIONAL_DEFAULTS = {"endpoint": "chat", "chunk_tokens_source": "assumed"}
+# Every line must carry these keys (a reader names the line that lacks one) ...
+REQUIRED_FIELDS = (
+    *FLOAT_FIELDS,
+    *(f for f in CATEGORICAL_FIELDS if f not in OPTIONAL_DEFAULTS),
+    "chunk_times",
+    "chunk_tokens",
+)
+# ... and of those, these may hold null.
+NULLABLE_FIELDS = FLOAT_FIELDS[1:]
+
+
+class RecordsError(BatchgateError, ValueError):
+    """An unreadable request record or records file; the message names the file (and line)."""
+
+    default_exit_code = ExitCode.NO_DATA
+
+
+def requests_schema() -> pa.Schema:
+    """requests.parquet's columns, in the JSONL's field order (docs/records.md)."""
+    import pyarrow as pa  # here: `import gate` stays light (a test pins it)
+
+    text, f8, i8 = pa.string(), pa.float64(), pa.int64()
+    return pa.schema(
+        [
+            ("id", text),
+            ("profile", text),
+            ("stage", text),
+            ("priority", text),
+            ("length_class", text),
+            ("endpoint", text),
+            ("stream", pa.bool_()),
+            ("max_tokens", i8),
+            ("planned_at", f8),
+            ("sent_at", f8),
+            ("first_token_at", f8),
+            ("done_at", f8),
+            ("chunk_times", pa.list_(f8)),
+            ("chunk_tokens", pa.list_(pa.int32())),
+            ("chunk_tokens_source", text),
+            ("prompt_tokens", i8),
+            ("output_tokens", i8),
+            ("tokens_source", text),
+            ("status", text),
+            ("http_status", pa.int32()),
+            ("finish_reason", text),
+            ("error", text),
+            ("worker", i8),
+        ]
+    )
+
+
+def parquet_path(jsonl_path: str | Path) -> Path:
+    """`<profile>/requests.parquet` beside `<profile>/requests.jsonl`."""
+    path = Path(jsonl_path)
+    return path.with_name(f"{path.stem}.parquet")
+
+
+def jsonl_tail(jsonl_path: Path) -> tuple[int, bytes]:
+    """The JSONL's byte size now and its last bytes, what `jsonl_stamp` hashes."""
+    with jsonl_path.open("rb") as handle:
+        size = handle.seek(0, 2)
+        handle.seek(max(size - TAIL_BYTES, 0))
+        return size, handle.read()
+
+
+def jsonl_stamp(jsonl_bytes: int, tail: bytes, *, partial_last_line: bool) -> dict[bytes, bytes]:
+    """The metadata saying which JSONL bytes a Parquet file holds (docs/records.md): the bytes
+    read (`jsonl_bytes`, a skipped partial last line included) and the last `TAIL_BYTES` of them."""
+    return {
+        META_SCHEMA: SCHEMA_NAME.encode(),
+        META_SCHEMA_VERSION: str(SCHEMA_VERSION).encode(),
+        META_JSONL_BYTES: str(jsonl_bytes).encode(),
+        META_JSONL_TAIL_SHA256: hashlib.sha256(tail[-TAIL_BYTES:]).hexdigest().encode(),
+        META_PARTIAL_LAST_LINE: b"true" if partial_last_line else b"false",
+    }
