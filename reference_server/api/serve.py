@@ -26,6 +26,7 @@ from typing import Any
 import uvicorn
 
 from reference_server.api.app import ServerState, build_app, build_state
+from reference_server.api.connections import uvicorn_options
 from reference_server.api.server_config import ServerConfig
 from reference_server.async_engine import AsyncEngine
 from reference_server.config import EngineConfig
@@ -170,10 +171,7 @@ def run_server(engine_config: EngineConfig, server_config: ServerConfig) -> int:
     app = build_app(state, lifespan=lifespan)
     config = uvicorn.Config(
         app,
-        log_level=server_config.log_level,
-        access_log=server_config.access_log,
-        limit_concurrency=server_config.max_connections,
-        timeout_keep_alive=int(max(1, server_config.keep_alive_timeout_seconds)),
+        **uvicorn_options(server_config),  # parser, connection limits, proxy trust
         timeout_graceful_shutdown=5,
         lifespan="on",
         log_config=None,

@@ -9,6 +9,7 @@ dataclass fields).
 from __future__ import annotations
 
 import dataclasses
+import ipaddress
 import math
 from dataclasses import dataclass
 from typing import Any
@@ -45,7 +46,15 @@ class ServerConfig:
     max_messages: int = 1024
     strict: bool = False
     max_connections: int = 2048
+    max_connections_per_client: int | None = None  # None: half of max_connections
     keep_alive_timeout_seconds: float = 5.0
+    header_timeout_seconds: float = 10.0
+    max_header_bytes: int = 32_768
+    max_header_count: int = 100
+    stream_stall_timeout_seconds: float = 30.0
+    client_fairness: bool = True
+    client_share_ratio: float | None = None  # None: an equal split across active clients
+    trusted_proxies: str | None = None
     embedding_max_batch_size: int = 32
     embedding_max_wait_ms: float = 5.0
     embedding_dispatch_threshold: int | None = 8
@@ -74,7 +83,19 @@ class ServerConfig:
         _check_positive_int(self, "max_stop_sequence_chars")
         _check_positive_int(self, "max_messages")
         _check_positive_int(self, "max_connections")
+        if self.max_connections_per_client is not None:
+            _check_int(self, "max_connections_per_client", low=1, high=self.max_connections)
         _check_positive_float(self, "keep_alive_timeout_seconds")
+        _check_positive_float(self, "header_timeout_seconds")
+        _check_int(self, "max_header_bytes", low=1024, high=1_048_576)
+        _check_int(self, "max_header_count", low=8, high=10_000)
+        _check_positive_float(self, "stream_stall_timeout_seconds")
+        if self.client_share_ratio is not None:
+            _check_positive_float(self, "client_share_ratio")
+            if self.client_share_ratio > 1:
+                raise ServerConfigError("client_share_ratio", "must be <= 1 (a share of capacity)")
+        if self.trusted_proxies is not None:
+            _check_proxies(self.trusted_proxies)
         _check_positive_int(self, "embedding_max_batch_size")
         _check_float(self, "embedding_max_wait_ms", low=0.0)
         if self.embedding_dispatch_threshold is not None:
@@ -96,7 +117,7 @@ class ServerConfig:
                 raise ServerConfigError(name, "must be a non-empty string or unset")
         if self.log_level not in LOG_LEVELS:
             raise ServerConfigError("log_level", f"must be one of {', '.join(LOG_LEVELS)}")
-        for name in ("strict", "access_log"):
+        for name in ("strict", "access_log", "client_fairness"):
             if not isinstance(getattr(self, name), bool):
                 raise ServerConfigError(name, "must be true or false")
 
@@ -110,6 +131,25 @@ class ServerConfig:
 
     def to_dict(self) -> dict[str, Any]:
         return dataclasses.asdict(self)
+
+    @property
+    def client_connection_cap(self) -> int:
+        if self.max_connections_per_client is not None:
+            return self.max_connections_per_client
+        return max(1, self.max_connections // 2)
+
+
+def _check_proxies(text: str) -> None:
+    """Addresses only: a '*' would make every peer's X-Forwarded-For trusted (issue 15)."""
+    if not isinstance(text, str) or not text.strip():
+        raise ServerConfigError("trusted_proxies", "must be a comma-separated list of addresses")
+    for item in text.split(","):
+        try:
+            ipaddress.ip_network(item.strip(), strict=False)
+        except ValueError:
+            raise ServerConfigError(
+                "trusted_proxies", f"{item.strip()!r} is not an IP address or network"
+            ) from None
 
 
 def _check_int(cfg: ServerConfig, name: str, *, low: int, high: int | None = None) -> None:
@@ -162,8 +202,24 @@ SERVER_FIELD_HELP: dict[str, str] = {
     "max_messages": "most chat messages one request may give",
     "strict": "refuse request fields the server does not know (400 unknown_parameter, as "
     "OpenAI does) instead of ignoring them with one log line per request (as vLLM does)",
-    "max_connections": "most concurrent HTTP connections; extra ones get 503",
+    "max_connections": "most open HTTP connections; a new one over it closes the longest-idle "
+    "connection first, else its requests get 503 (/health and /metrics keep a reserve)",
+    "max_connections_per_client": "most open HTTP connections from one client address, same "
+    "rule ('none' = half of --max-connections)",
     "keep_alive_timeout_seconds": "idle keep-alive connection timeout, in seconds",
+    "header_timeout_seconds": "time a connection has to send a complete request head, from "
+    "being opened or from its previous response, in seconds (closed after; 408 if partial)",
+    "max_header_bytes": "largest request head (request line + headers), in bytes; 431 over it",
+    "max_header_count": "most header lines in one request; 431 over it",
+    "stream_stall_timeout_seconds": "a stream whose client reads nothing for this long is "
+    "aborted (its KV freed) and its connection closed, in seconds",
+    "client_fairness": "when the engine's running slots are all taken and other clients are "
+    "active, refuse (429) a client over its share of --max-num-seqs and shed its queued "
+    "requests; a client is its API key, else its address",
+    "client_share_ratio": "share of --max-num-seqs one client may hold under contention "
+    "('none' = an equal split across the active clients)",
+    "trusted_proxies": "comma-separated addresses of reverse proxies whose X-Forwarded-For / "
+    "X-Forwarded-Proto are believed ('none' = never; FORWARDED_ALLOW_IPS is ignored)",
     "embedding_max_batch_size": "embeddings batcher: most inputs in one forward",
     "embedding_max_wait_ms": "embeddings batcher: longest time the first queued input waits for "
     "others before dispatch, in milliseconds",
