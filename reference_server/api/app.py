@@ -20,7 +20,7 @@ from typing import Any
 
 from starlette.applications import Starlette
 from starlette.exceptions import HTTPException
-from starlette.requests import Request
+from starlette.requests import ClientDisconnect, Request
 from starlette.responses import Response
 from starlette.routing import Route
 from starlette.types import Receive, Scope, Send
@@ -29,6 +29,7 @@ from reference_server.api import admin
 from reference_server.api import batch as batch_api
 from reference_server.api.auth import check_api_key
 from reference_server.api.bodies import json_response, read_json_body
+from reference_server.api.disconnects import client_disconnected, log_client_gone
 from reference_server.api.embeddings import BatcherClosedError, BatcherFullError, EmbeddingBatcher
 from reference_server.api.errors import (
     APIError,
@@ -36,6 +37,7 @@ from reference_server.api.errors import (
     from_engine_error,
     retry_after_header,
 )
+from reference_server.api.fairness import ClientShares
 from reference_server.api.generation import ClientGone, run_generation, until_disconnect
 from reference_server.api.metrics import CONTENT_TYPE, ServerMetrics
 from reference_server.api.openapi import openapi_document
@@ -72,6 +74,7 @@ class ServerState:
     draining: bool = False
     num_in_flight: int = 0
     batch_api: batch_api.BatchAPI | None = None  # opened and closed by the server's lifespan
+    shares: ClientShares | None = None  # per-client fairness of completions (fairness.py)
 
     def request_done(self) -> None:
         self.num_in_flight -= 1
@@ -131,6 +134,11 @@ def build_state(
         batcher=batcher,
         version=version,
     )
+    state.shares = ClientShares(
+        enabled=config.client_fairness,
+        share_ratio=config.client_share_ratio,
+        capacity_fn=lambda: engine.get_batching()["max_num_seqs"],
+    )
     state.batch_api = batch_api.BatchAPI(
         config=config, engine=engine, batcher=batcher, metrics=metrics, request_limits=limits,
         model_name=model_name, is_draining=lambda: state.draining,
@@ -165,6 +173,11 @@ def _check_serving(state: ServerState) -> None:
         raise APIError(503, "engine is not running", type="service_unavailable", code="engine_dead")
 
 
+def _bearer_token(request: Request) -> str | None:
+    header = request.headers.get("authorization")
+    return header.partition(" ")[2].strip() or None if header else None
+
+
 def _check_model(state: ServerState, model: str | None) -> None:
     if model is not None and model != state.model_name:
         raise APIError(
@@ -193,6 +206,26 @@ def _completions(endpoint: str) -> Callable[[Request], Awaitable[Response]]:
         )
         _log_ignored(path, parsed.ignored_fields)
         _check_model(state, parsed.model)
+        shares = state.shares
+        ticket = None
+        if shares is not None:
+            key = shares.client_key(request, _bearer_token(request))
+            try:
+                ticket = shares.admit(key)
+            except APIError:
+                state.metrics.count_rejection("client_over_share")
+                raise
+            try:
+                await ticket.settle()
+            except BaseException:  # cancelled while waiting: give the place back
+                shares.release(ticket)
+                raise
+
+        def on_done() -> None:
+            if ticket is not None and shares is not None:
+                shares.release(ticket)
+            state.request_done()
+
         state.num_in_flight += 1
         result = await run_generation(
             engine=state.engine,
@@ -200,9 +233,12 @@ def _completions(endpoint: str) -> Callable[[Request], Awaitable[Response]]:
             model=state.model_name,
             metrics=state.metrics,
             receive=request.receive,
-            on_done=state.request_done,
+            on_done=on_done,
+            stall_timeout_seconds=state.config.stream_stall_timeout_seconds,
+            ticket=ticket,
         )
         if result is None:  # client gone; nobody reads this
+            log_client_gone(request, "before the answer of")
             return Response(status_code=204)
         if isinstance(result, dict):
             return json_response(result)
@@ -225,6 +261,7 @@ async def embeddings(request: Request) -> Response:
     try:
         vectors = await until_disconnect(request.receive, state.batcher.embed(parsed.inputs))
     except ClientGone:
+        log_client_gone(request, "before the answer of")
         return Response(status_code=204)
     except BatcherFullError as exc:
         state.metrics.count_rejection("embedding_queue_full")
@@ -382,6 +419,7 @@ def build_app(state: ServerState, *, lifespan: Any = None) -> Starlette:
             APIError: _api_error,
             EngineError: _engine_error,
             HTTPException: _http_error,
+            ClientDisconnect: client_disconnected,
             Exception: _unexpected,
         },
         lifespan=lifespan,

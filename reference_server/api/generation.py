@@ -21,12 +21,15 @@ import orjson
 from starlette.types import Receive
 
 from reference_server.api.errors import APIError, from_engine_error
+from reference_server.api.fairness import Ticket, over_share_error
 from reference_server.api.metrics import ServerMetrics
 from reference_server.api.protocol import GenerationRequest
 from reference_server.api.sse import SSE_DONE, EventStreamResponse, sse_event, wait_for_disconnect
 from reference_server.errors import EngineError
 
-__all__ = ["ClientGone", "RequestTimer", "ResponseShapes", "run_generation", "until_disconnect"]
+__all__ = [
+    "ClientGone", "RequestTimer", "ResponseShapes", "Shed", "run_generation", "until_disconnect",
+]  # fmt: skip
 
 T = TypeVar("T")
 # Engine reasons OpenAI clients do not know map onto the nearest OpenAI one.
@@ -37,18 +40,30 @@ class ClientGone(Exception):
     """The client disconnected before the answer was ready."""
 
 
-async def until_disconnect(receive: Receive, awaitable: Awaitable[T]) -> T:
-    """Await `awaitable`, cancelling it (and raising ClientGone) if the client hangs up first."""
+class Shed(Exception):
+    """Fairness took the request's place back before it produced output (fairness.py)."""
+
+
+async def until_disconnect(
+    receive: Receive, awaitable: Awaitable[T], *, shed: asyncio.Future[None] | None = None
+) -> T:
+    """Await `awaitable`, cancelling it (and raising ClientGone) if the client hangs up first,
+    or raising Shed when `shed` resolves first."""
     work = asyncio.ensure_future(awaitable)
     watcher = asyncio.ensure_future(wait_for_disconnect(receive))
+    waits: tuple[asyncio.Future[Any], ...] = (work, watcher)
+    if shed is not None:
+        waits += (shed,)
     try:
-        await asyncio.wait((work, watcher), return_when=asyncio.FIRST_COMPLETED)
+        await asyncio.wait(waits, return_when=asyncio.FIRST_COMPLETED)
     finally:
         watcher.cancel()
         if not work.done():
             work.cancel()
         await asyncio.gather(work, watcher, return_exceptions=True)
     if work.cancelled():
+        if shed is not None and shed.done():
+            raise Shed()
         raise ClientGone()
     return work.result()
 
@@ -237,11 +252,14 @@ async def run_generation(
     metrics: ServerMetrics,
     receive: Receive,
     on_done: Any,
+    stall_timeout_seconds: float | None = None,
+    ticket: Ticket | None = None,
 ) -> EventStreamResponse | dict[str, Any] | None:
     """Start the request; returns an SSE response, a JSON body, or None if the client left.
 
     Admission and validation errors surface before anything is sent, so they become proper
-    HTTP statuses. `on_done()` is called exactly once when the request is over.
+    HTTP statuses; so does fairness shedding the request (`ticket.shed`) while it is queued.
+    `on_done()` is called exactly once when the request is over.
     """
     shapes = ResponseShapes(request, model)
     timer = RequestTimer(metrics, request.priority)
@@ -255,19 +273,27 @@ async def run_generation(
                 request.params,
                 priority=request.priority,
             )
-            first = await until_disconnect(receive, stream.__anext__())
+            shed = ticket.shed if ticket is not None else None
+            first = await until_disconnect(receive, stream.__anext__(), shed=shed)
         except EngineError as exc:
             raise from_engine_error(exc) from None
         except ClientGone:
             return None
+        except Shed:
+            raise over_share_error(None) from None
         except StopAsyncIteration:
             raise APIError(
                 503, "engine ended the request without output", type="server_error"
             ) from None
+        if ticket is not None:
+            ticket.started = True
         timer.on_output(first)
         if request.stream:
             handed_over = True
-            return EventStreamResponse(_events(shapes, stream, first, timer, on_done))
+            return EventStreamResponse(
+                _events(shapes, stream, first, timer, on_done),
+                stall_timeout_seconds=stall_timeout_seconds,
+            )
         try:
             return await until_disconnect(receive, _collect(shapes, stream, first, timer))
         except ClientGone:
