@@ -1,10 +1,14 @@
 """Who may call what: the API key on /v1/*, the admin token (or loopback-only rule) on /admin/*.
 
-Owns the checks only; each returns nothing or raises `APIError` 401/403. Tokens are compared in
-constant time. It knows nothing about routes beyond the request's headers and client address.
-Client addresses are as uvicorn reports them: behind a reverse proxy on this host, uvicorn takes
-the client from X-Forwarded-For (it trusts that header from 127.0.0.1 only), so remote clients
-coming through a local proxy are not mistaken for loopback ones.
+Owns the checks only; each returns nothing or raises `APIError` 401/403/415. Tokens are compared
+in constant time. It knows nothing about routes beyond the request's headers and client address.
+Client addresses are the socket's peer: forwarding headers are believed only from the proxies
+`--trusted-proxies` names (serve.py tells uvicorn so; FORWARDED_ALLOW_IPS is ignored).
+
+Without a token, admin is for this machine's operator, and a web page in that operator's browser
+must not reach it (DNS rebinding: the page's own name resolves to 127.0.0.1): the `Host` header
+must name the loopback interface, and a body must be `application/json`, which a page cannot
+send cross-origin without a CORS preflight this server never answers.
 """
 
 from __future__ import annotations
@@ -16,7 +20,7 @@ from starlette.requests import Request
 
 from reference_server.api.errors import APIError
 
-__all__ = ["check_admin", "check_api_key", "is_loopback"]
+__all__ = ["check_admin", "check_api_key", "is_loopback", "is_loopback_host_header"]
 
 
 def is_loopback(host: str | None) -> bool:
@@ -26,6 +30,37 @@ def is_loopback(host: str | None) -> bool:
         return ipaddress.ip_address(host.split("%", 1)[0]).is_loopback
     except ValueError:
         return host == "localhost"
+
+
+def is_loopback_host_header(value: str | None) -> bool:
+    """`Host: localhost[:port]`, `127.x.y.z[:port]`, `[::1][:port]`; nothing else."""
+    if not value:
+        return False
+    host = value.strip().lower()
+    if host.startswith("["):
+        host = host[1 : host.find("]")] if "]" in host else ""
+    elif host.count(":") == 1:
+        host = host.partition(":")[0]
+    host = host.rstrip(".")
+    if host == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        return False
+
+
+def _check_json_body(request: Request) -> None:
+    if request.method in ("GET", "HEAD"):
+        return
+    media = request.headers.get("content-type", "").partition(";")[0].strip().lower()
+    if media != "application/json":
+        raise APIError(
+            415,
+            "admin requests with a body must be 'Content-Type: application/json'",
+            param="content-type",
+            code="unsupported_media_type",
+        )
 
 
 def _bearer(request: Request) -> str | None:
@@ -69,7 +104,17 @@ def check_admin(request: Request, admin_token: str | None) -> None:
                 type="permission_error",
                 code="admin_forbidden",
             )
+        if not is_loopback_host_header(request.headers.get("host")):
+            raise APIError(
+                403,
+                "without --admin-token, admin requests must name the loopback interface in "
+                "Host (localhost, 127.0.0.1, [::1])",
+                type="permission_error",
+                code="admin_forbidden_host",
+            )
+        _check_json_body(request)
         return
+    _check_json_body(request)
     given = request.headers.get("x-admin-token") or _bearer(request)
     if not _matches(given, admin_token):
         raise APIError(

@@ -64,7 +64,8 @@ def test_invalid_changes_are_refused_naming_the_field_and_change_nothing(client,
 
 def test_put_body_must_be_a_non_empty_object(client):
     for content in (b"[1]", b"{}", b"nope"):
-        response = client.put("/admin/batching", content=content)
+        headers = {"content-type": "application/json"}
+        response = client.put("/admin/batching", content=content, headers=headers)
         assert response.status_code == 400
         assert response.json()["error"]["param"] == "body"
 
