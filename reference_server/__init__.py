@@ -12,6 +12,7 @@ from reference_server.errors import (
     ConfigError,
     EngineDeadError,
     EngineError,
+    EngineFailure,
     RequestValidationError,
 )
 from reference_server.hf_tokenizer_files import hf_tokenizer_dir
@@ -36,6 +37,7 @@ __all__ = [
     "EngineConfig",
     "EngineDeadError",
     "EngineError",
+    "EngineFailure",
     "EngineStats",
     "ModelRunnerLike",
     "RequestOutput",

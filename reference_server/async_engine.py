@@ -13,6 +13,8 @@ never busy-waits. The server's default front end runs the same loop in a child p
 from __future__ import annotations
 
 import asyncio
+import concurrent.futures
+import itertools
 import logging
 import threading
 import time
@@ -25,7 +27,6 @@ from reference_server.errors import (
     AdmissionError,
     EngineDeadError,
     EngineError,
-    EngineFailure,
 )
 from reference_server.outputs import EngineStats, RequestOutput, StepResult
 from reference_server.request_streams import RequestStreams
@@ -41,6 +42,7 @@ logger = logging.getLogger(__name__)
 # before asking again, so an inconsistency can never turn into a spinning thread.
 _IDLE_GUARD_SECONDS = 0.005
 
+
 class AsyncEngine:
     def __init__(self, config: EngineConfig, *, runner: ModelRunnerLike | None = None) -> None:
         self._engine = Engine(config, runner=runner)
@@ -55,6 +57,8 @@ class AsyncEngine:
         self._streams = RequestStreams()
         self._listeners: list[Callable[[StepRecord], None]] = []
         self._shut_down = False
+        self._job_ids = itertools.count(1)
+        self._embedding_futures: dict[int, concurrent.futures.Future[Any]] = {}
 
     # -- lifecycle -------------------------------------------------------------------------
 
@@ -148,24 +152,26 @@ class AsyncEngine:
         self._submit(lambda: self._engine.abort(request_id))
 
     async def embed(self, token_id_lists: list[list[int]]) -> list[list[float]]:
-        """Run the runner's embed on the engine thread between steps. A failure of the forward
-        pass fails this call only (EngineFailure); the loop keeps serving."""
+        """Queue an embedding job on the engine: it runs a slice of at most
+        max_num_batched_tokens tokens after each step. A failure of its forward pass fails this
+        call only (EngineFailure); the loop keeps serving."""
         self._check_alive()
         future = self._streams.new_future()
+        job_id = next(self._job_ids)
+        self._embedding_futures[job_id] = future
 
-        def run() -> None:
-            if not future.set_running_or_notify_cancel():
-                return
+        def add() -> None:
             try:
-                future.set_result(self._engine.embed(token_id_lists))
+                self._engine.add_embedding(job_id, token_id_lists)
             except EngineError as exc:
-                future.set_exception(exc)
-            except Exception as exc:
-                logger.exception("embedding forward pass failed")
-                future.set_exception(EngineFailure(f"embedding failed: {exc!r}"))
+                self._resolve_embedding(job_id, None, exc)
 
-        self._submit(run)
-        return await asyncio.wrap_future(future)
+        self._submit(add)
+        try:
+            result: list[list[float]] = await asyncio.wrap_future(future)
+        finally:
+            self._embedding_futures.pop(job_id, None)
+        return result
 
     async def drain(self, timeout_seconds: float) -> None:
         """Refuse new requests ("draining"), wait up to `timeout_seconds` for in-flight ones,
@@ -247,7 +253,8 @@ class AsyncEngine:
                     for command in commands:
                         command()
                     result = self._engine.step()
-                idle_guard = result.record is None and not result.outputs and not commands
+                idle_guard = not (result.record or result.outputs or commands or
+                                  result.embeddings or self._engine.num_embedding_jobs)  # fmt: skip
                 self._publish(result)
         except BaseException as exc:  # the loop must report any crash, whatever its type
             logger.exception("engine loop crashed")
@@ -256,6 +263,10 @@ class AsyncEngine:
 
     def _publish(self, result: StepResult) -> None:
         self._streams.publish(result.outputs)
+        for request_id, error in result.failures:
+            self._streams.deliver(request_id, error)
+        for job_id, vectors, error in result.embeddings:
+            self._resolve_embedding(job_id, vectors, error)
         if result.record is not None:
             for listener in self._listeners:
                 try:
@@ -264,3 +275,12 @@ class AsyncEngine:
                     logger.exception("step listener failed")
         if self._streams.has_drain_waiters and not self._engine.has_unfinished():
             self._streams.wake_drain_waiters()
+
+    def _resolve_embedding(self, job_id: int, vectors: Any, error: BaseException | None) -> None:
+        future = self._embedding_futures.get(job_id)
+        if future is None or future.done():
+            return
+        if error is not None:
+            future.set_exception(error)
+        else:
+            future.set_result(vectors)

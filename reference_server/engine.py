@@ -2,13 +2,16 @@
 
 It owns request validation, seeds, stop conditions, statistics and the step log; it delegates
 who runs to the Scheduler, block counting to the BlockManager and tensors to the model runner
-(constructed lazily, so importing this module never imports torch). Not thread-safe: the
-AsyncEngine drives it from one thread.
+(constructed lazily, so importing this module never imports torch) and queued embeddings to
+EmbeddingJobs. An exception in a forward pass fails that step's requests (StepResult.failures)
+and leaves the engine serving. Not thread-safe: one thread drives it (AsyncEngine's loop or the
+engine core process).
 """
 
 from __future__ import annotations
 
 import dataclasses
+import logging
 import random
 import time
 from collections.abc import Sequence as SequenceOf
@@ -16,12 +19,13 @@ from typing import Any, Protocol
 
 from reference_server.block_manager import BlockManager
 from reference_server.config import EngineConfig
-from reference_server.errors import AdmissionError, ConfigError, RequestValidationError
+from reference_server.embedding_jobs import EmbeddingJobs, validate_embedding_inputs
+from reference_server.errors import AdmissionError, ConfigError, EngineError, EngineFailure
 from reference_server.outputs import EngineStats, RequestOutput, StepResult
 from reference_server.request_validation import validate_request
 from reference_server.sampling_params import SamplingParams
 from reference_server.scheduler import Scheduler
-from reference_server.sequence import ScheduledChunk, Sequence
+from reference_server.sequence import ScheduledChunk, Sequence, request_output
 from reference_server.step_cost import step_features
 from reference_server.step_record import StepLog, StepRecord
 from reference_server.text_stream import TextStream
@@ -30,6 +34,8 @@ from reference_server.tokenizer import ByteTokenizer
 __all__ = ["Engine", "ModelRunnerLike"]
 
 _SEED_LIMIT = 2**63
+
+logger = logging.getLogger(__name__)
 
 
 class ModelRunnerLike(Protocol):
@@ -93,6 +99,8 @@ class Engine:
         self._step_seconds_ema = 0.01
         self._last_step_end: float | None = None  # set while the slo policy has sequences running
         self._stats = EngineStats(num_rejected_total_by_reason={})
+        self._embedding_jobs = EmbeddingJobs()
+        self._embedding_results: list[tuple[int, Any, EngineError | None]] = []
 
     # -- configuration ---------------------------------------------------------------------
 
@@ -182,18 +190,25 @@ class Engine:
         request_ids = list(self._seqs)
         for request_id in request_ids:
             self.abort(request_id)
+        self._embedding_results.extend(self._embedding_jobs.cancel_all("draining"))
         return len(request_ids)
 
     def has_unfinished(self) -> bool:
-        return bool(self._seqs) or bool(self._pending_outputs)
+        return bool(
+            self._seqs or self._pending_outputs or self._embedding_jobs or self._embedding_results
+        )
 
     def num_unfinished(self) -> int:
         return len(self._seqs)
 
+    @property
+    def num_embedding_jobs(self) -> int:
+        return len(self._embedding_jobs)
+
     def next_wakeup_seconds(self) -> float | None:
         """0 when step() has work now; else seconds until it may (a dynamic window or a deadline
         expires); None when there is nothing to do until a request arrives."""
-        if self._pending_outputs:
+        if self._pending_outputs or self._embedding_jobs or self._embedding_results:
             return 0.0
         now = time.monotonic()
         wakeup = self.scheduler.next_wakeup_seconds(now)
@@ -206,24 +221,32 @@ class Engine:
         return wakeup
 
     def embed(self, token_id_lists: list[list[int]]) -> list[list[float]]:
-        if not isinstance(token_id_lists, list) or not token_id_lists:
-            raise RequestValidationError("input", "must be a non-empty list of token id lists")
-        vocab_size = self.runner.vocab_size
-        for ids in token_id_lists:
-            if not isinstance(ids, list) or not ids:
-                raise RequestValidationError("input", "each input must be a non-empty token list")
-            if len(ids) > self._config.max_model_len:
-                raise RequestValidationError("input", "an input exceeds max_model_len")
-            if any(
-                isinstance(t, bool) or not isinstance(t, int) or not 0 <= t < vocab_size
-                for t in ids
-            ):
-                raise RequestValidationError("input", "token ids must be vocabulary integers")
-        return self.runner.embed(token_id_lists)
+        """All inputs in one forward, now (offline use; the server queues add_embedding)."""
+        return self.runner.embed(self._valid_embedding_inputs(token_id_lists))
+
+    def add_embedding(self, job_id: int, token_id_lists: list[list[int]]) -> None:
+        """Queue an embedding job; it runs a slice of at most max_num_batched_tokens after each
+        step, and its vectors come back in a StepResult's `embeddings`."""
+        self._embedding_jobs.add(job_id, self._valid_embedding_inputs(token_id_lists))
+
+    def _valid_embedding_inputs(self, token_id_lists: list[list[int]]) -> list[list[int]]:
+        return validate_embedding_inputs(
+            token_id_lists, vocab_size=self.runner.vocab_size, max_model_len=self._max_model_len
+        )
 
     # -- the step --------------------------------------------------------------------------
 
     def step(self) -> StepResult:
+        """One generation step, then (if any is queued) one embedding slice."""
+        result = self._generation_step()
+        if self._embedding_results:
+            result.embeddings, self._embedding_results = self._embedding_results, []
+        if self._embedding_jobs:
+            budget = self._config.batching.max_num_batched_tokens
+            result.embeddings.extend(self._embedding_jobs.run_slice(self.runner.embed, budget))
+        return result
+
+    def _generation_step(self) -> StepResult:
         start = time.monotonic()
         wall = time.time()
         if self._last_step_end is not None:
@@ -247,7 +270,10 @@ class Engine:
         # Features are read before num_computed_tokens advances (the cost model's input).
         features = step_features(scheduled.chunks) if slo else None
         forward_start = time.monotonic()
-        tokens = self.runner.execute(scheduled.chunks)
+        try:
+            tokens = self.runner.execute(scheduled.chunks)
+        except Exception as exc:  # fails this step's requests, not the engine
+            return StepResult(outputs, None, failures=self._fail_chunks(scheduled.chunks, exc))
         forward_end = time.monotonic()
         if len(tokens) != len(scheduled.chunks):
             raise RuntimeError(
@@ -303,6 +329,22 @@ class Engine:
         self.step_log.append(record)
         return StepResult(outputs, record)
 
+    def _fail_chunks(
+        self, chunks: SequenceOf[ScheduledChunk], exc: Exception
+    ) -> list[tuple[str, EngineError]]:
+        # Their KV may be half written: free it with the sequences. The error (not an "abort"
+        # output) is what their clients get, as a 500-class error.
+        logger.error("forward pass failed for %d sequence(s): %r", len(chunks), exc)
+        error = EngineFailure(f"the forward pass failed: {exc!r}")
+        failures = []
+        for chunk in chunks:
+            seq = chunk.seq
+            if seq.request_id in self._seqs:
+                self.scheduler.remove(seq)
+                self._finish(seq, "abort", [])
+                failures.append((seq.request_id, error))
+        return failures
+
     def _append_token(self, seq: Sequence, token: int, now: float) -> RequestOutput:
         # The per-token hot path (once per running sequence per step): kept lean on purpose.
         output_token_ids = seq.output_token_ids
@@ -322,7 +364,7 @@ class Engine:
             # Unreachable through add_request's checks today; kept as the cache's hard bound.
             reason = "max_model_len"
         else:
-            # The same fields as _output, positionally (cheaper than keywords per token).
+            # The same fields as request_output, positionally (cheaper than keywords per token).
             return RequestOutput(
                 seq.request_id,
                 [token],
@@ -356,24 +398,7 @@ class Engine:
         if seq.deadline_time is not None:
             self._num_with_deadline -= 1
         self._stats.num_finished_total_by_reason[reason] += 1
-        return self._output(seq, new_token_ids, text, reason)
-
-    def _output(
-        self, seq: Sequence, new_token_ids: list[int], text: str, reason: str | None
-    ) -> RequestOutput:
-        return RequestOutput(
-            request_id=seq.request_id,
-            new_token_ids=new_token_ids,
-            new_text=text,
-            finished=reason is not None,
-            finish_reason=reason,
-            num_prompt_tokens=len(seq.prompt_token_ids),
-            num_output_tokens=len(seq.output_token_ids),
-            arrival_time=seq.arrival_time,
-            first_scheduled_time=seq.first_scheduled_time,
-            first_token_time=seq.first_token_time,
-            num_preemptions=seq.num_preemptions,
-        )
+        return request_output(seq, new_token_ids, text, reason)
 
     def _expire_deadlines(self, now: float, outputs: list[RequestOutput]) -> None:
         expired = [

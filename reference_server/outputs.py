@@ -9,6 +9,7 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
+from reference_server.errors import EngineError
 from reference_server.step_record import StepRecord
 
 __all__ = ["FINISH_REASONS", "EngineStats", "RequestOutput", "StepResult"]
@@ -35,6 +36,13 @@ class RequestOutput:
 class StepResult:
     outputs: list[RequestOutput]
     record: StepRecord | None  # None when nothing ran in this step
+    # Requests this step failed (an exception in their forward pass): each gets its error
+    # instead of further outputs; the engine keeps serving the others.
+    failures: list[tuple[str, EngineError]] = field(default_factory=list)
+    # Embedding jobs this step finished: (job id, vectors or None, error or None).
+    embeddings: list[tuple[int, list[list[float]] | None, EngineError | None]] = field(
+        default_factory=list
+    )
 
 
 @dataclass(slots=True, kw_only=True)

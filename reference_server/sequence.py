@@ -11,10 +11,11 @@ from __future__ import annotations
 import enum
 from dataclasses import dataclass
 
+from reference_server.outputs import RequestOutput
 from reference_server.sampling_params import SamplingParams
 from reference_server.utf8_state import BOUNDARY
 
-__all__ = ["PRIORITY_CLASSES", "ScheduledChunk", "Sequence", "SequenceStatus"]
+__all__ = ["PRIORITY_CLASSES", "ScheduledChunk", "Sequence", "SequenceStatus", "request_output"]
 
 # Highest priority first; the index is the class rank used for ordering and victim choice.
 PRIORITY_CLASSES: tuple[str, ...] = ("interactive", "batch")
@@ -147,3 +148,22 @@ class ScheduledChunk:
     seq: Sequence
     num_new_tokens: int
     sample: bool
+
+
+def request_output(
+    seq: Sequence, new_token_ids: list[int], text: str, reason: str | None
+) -> RequestOutput:
+    """`seq`'s delta for this step: its new tokens and text, finished when `reason` is set."""
+    return RequestOutput(
+        request_id=seq.request_id,
+        new_token_ids=new_token_ids,
+        new_text=text,
+        finished=reason is not None,
+        finish_reason=reason,
+        num_prompt_tokens=len(seq.prompt_token_ids),
+        num_output_tokens=len(seq.output_token_ids),
+        arrival_time=seq.arrival_time,
+        first_scheduled_time=seq.first_scheduled_time,
+        first_token_time=seq.first_token_time,
+        num_preemptions=seq.num_preemptions,
+    )

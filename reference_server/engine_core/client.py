@@ -336,4 +336,3 @@ class EngineCoreClient:
         if self._process is not None and self._process.is_alive():
             self._process.kill()
             self._process.join(_EXIT_WAIT_SECONDS)
-

@@ -105,13 +105,18 @@ class _Core:
             if self._stopping:
                 return
             result = engine.step()
-            idle_guard = result.record is None and not result.outputs and not got_commands
+            idle_guard = not (result.record or result.outputs or got_commands or
+                              result.embeddings or engine.num_embedding_jobs)  # fmt: skip
             if result.outputs or result.record is not None:
                 now = time.monotonic()
                 snapshot = None
                 if now - self._last_snapshot >= SNAPSHOT_INTERVAL_SECONDS:
                     snapshot = self._snapshot(now)
                 self.send((wire.STEP, wire.pack_outputs(result.outputs), result.record, snapshot))
+            for request_id, error in result.failures:
+                self.send((wire.REJECT, request_id, error))
+            for job_id, vectors, error in result.embeddings:
+                self.send((wire.REPLY, job_id, vectors, error))
             if self._drain_waiting and not engine.has_unfinished():
                 self._drain_waiting = False
                 self.send((wire.DRAINED,))
@@ -149,7 +154,11 @@ class _Core:
         elif kind == wire.ABORT_ALL:
             engine.abort_all()
         elif kind == wire.EMBED:
-            self._call(message[1], lambda: engine.embed(message[2]), "embedding")
+            # Queued: its slices run between steps and its REPLY goes out when the last ends.
+            try:
+                engine.add_embedding(message[1], message[2])
+            except EngineError as exc:
+                self.send((wire.REPLY, message[1], None, exc))
         elif kind == wire.UPDATE_BATCHING:
             self._call(message[1], lambda: self._update_batching(message[2]), "batching update")
         elif kind == wire.DRAIN_WAIT:

@@ -15,6 +15,7 @@ from reference_server import (
     BatchingConfig,
     EngineConfig,
     EngineDeadError,
+    EngineFailure,
     RequestValidationError,
     SamplingParams,
 )
@@ -190,9 +191,33 @@ def test_step_listeners_and_live_batching_updates():
     assert seen == [1, 2, 3]
 
 
-def test_crashed_loop_is_reported_and_fails_every_stream():
+def test_a_failed_forward_pass_fails_its_requests_only_and_the_loop_keeps_serving():
+    runner = FakeRunner(fail_on_call=2)
+
     async def main():
-        with _started(FakeRunner(fail_on_call=2)) as engine:
+        with _started(runner) as engine:
+            with pytest.raises(EngineFailure, match="fake runner failure"):
+                await _collect(engine, "a", _params(10))
+            assert engine.is_alive()
+            runner.fail_on_call = None
+            outputs = await _collect(engine, "b", _params(3))
+            assert outputs[-1].finish_reason == "length"
+            await _wait_until(lambda: engine.stats().num_kv_blocks_used == 0)
+
+    asyncio.run(main())
+
+
+def test_crashed_loop_is_reported_fails_every_stream_and_calls_the_death_handler():
+    runner = FakeRunner()
+    deaths = []
+
+    def broken(chunks):  # a runner that breaks the contract: the engine itself cannot go on
+        return []
+
+    async def main():
+        with _started(runner) as engine:
+            engine.on_death(deaths.append)
+            runner.execute = broken  # type: ignore[method-assign]
             with pytest.raises(EngineDeadError):
                 await _collect(engine, "a", _params(10))
             await _wait_until(lambda: not engine.is_alive())
@@ -202,6 +227,36 @@ def test_crashed_loop_is_reported_and_fails_every_stream():
                 await engine.embed([[1]])
 
     asyncio.run(main())
+    assert len(deaths) == 1 and "runner returned 0 tokens" in str(deaths[0])
+
+
+def test_a_large_embedding_runs_in_budget_sized_slices_between_generation_steps():
+    runner = FakeRunner()
+    slices = []
+    original_embed = runner.embed
+
+    def recording_embed(token_id_lists):
+        slices.append((len(runner.calls), sum(len(ids) for ids in token_id_lists)))
+        return original_embed(token_id_lists)
+
+    runner.embed = recording_embed  # type: ignore[method-assign]
+
+    async def main():
+        with _started(runner, max_num_batched_tokens=64) as engine:
+            inputs = [[1 + i % 200] * 30 for i in range(40)]  # 1,200 tokens: 20 slices of 2
+            embedding = asyncio.ensure_future(engine.embed(inputs))
+            outputs = await _collect(engine, "a", _params(5))
+            vectors = await embedding
+            return inputs, outputs, vectors
+
+    inputs, outputs, vectors = asyncio.run(main())
+    assert outputs[-1].finish_reason == "length"
+    assert vectors == original_embed(inputs)  # in order, each input's own vector
+    assert all(tokens <= 64 for _, tokens in slices)
+    assert len(slices) == 20
+    # Interleaved: generation steps ran between the slices, not after all of them.
+    steps_seen = [steps for steps, _ in slices]
+    assert steps_seen[0] < steps_seen[-1]
 
 
 def test_idle_loop_sleeps_instead_of_polling():

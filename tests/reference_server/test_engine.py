@@ -12,6 +12,7 @@ import pytest
 from reference_server import (
     AdmissionError,
     ConfigError,
+    EngineFailure,
     RequestValidationError,
     SamplingParams,
 )
@@ -290,3 +291,20 @@ def test_importing_the_engine_does_not_import_torch():
         [sys.executable, "-c", code], capture_output=True, text=True, check=True, timeout=60
     )
     assert out.stdout.strip() == "False"
+
+
+def test_a_failed_forward_pass_fails_that_steps_requests_frees_their_kv_and_serves_on():
+    runner = FakeRunner(fail_on_call=1)
+    engine = make_engine(runner=runner)
+    engine.add_request("a", [72, 105], SamplingParams(max_tokens=4, seed=1))
+    engine.step()  # the prefill works
+    engine.add_request("b", [72, 105, 33], SamplingParams(max_tokens=4, seed=2))
+    result = engine.step()  # a's decode and b's prefill fail together
+    assert sorted(rid for rid, _ in result.failures) == ["a", "b"]
+    assert all(isinstance(error, EngineFailure) for _, error in result.failures)
+    assert not engine.has_unfinished()
+    assert engine.stats().num_kv_blocks_used == 0
+    runner.fail_on_call = None
+    engine.add_request("c", [72], SamplingParams(max_tokens=2, seed=3))
+    results, _ = run_to_completion(engine)
+    assert results["c"][2] == "length"
