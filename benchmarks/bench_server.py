@@ -5,9 +5,12 @@ Run: .venv/bin/python benchmarks/bench_server.py [--device cpu] [--requests 32] 
 (--torch-threads applies to both sides, so they compete for the same cores the same way.)
 
 1. Offline: the same requests go straight into `Engine` (no HTTP, no asyncio), stepped to the end.
-2. HTTP: a `python -m reference_server` subprocess with the same engine settings; the requests
-   are sent at once as streaming /v1/completions (token-id prompts, ignore_eos, seeded), and
-   output tokens come from the final usage chunk. Ratio = HTTP tokens/s / offline tokens/s.
+2. HTTP: a `python -m reference_server` subprocess with the same engine settings, once with the
+   engine core in a child process (the default) and once in a thread (`--engine-core`), side by
+   side; the requests are sent at once as streaming /v1/completions (token-id prompts,
+   ignore_eos, seeded), and output tokens come from the final usage chunk. Ratio = HTTP
+   tokens/s / offline tokens/s. Meanwhile /health and /metrics are fetched every 50 ms: their
+   p99 is what a liveness probe and a scrape see while the engine is saturated.
 3. Low load: requests one at a time; client TTFT = request sent -> first content chunk;
    server TTFT = the server's batchgate_ttft_seconds histogram (sum/count over the same window).
 Prints a table and writes benchmarks/results/server.json.
@@ -40,6 +43,9 @@ sys.path.insert(0, str(REPO_ROOT))
 from reference_server.config import BatchingConfig, EngineConfig  # noqa: E402
 from reference_server.engine import Engine  # noqa: E402
 from reference_server.sampling_params import SamplingParams  # noqa: E402
+
+PROBE_INTERVAL_SECONDS = 0.05
+PLACEMENTS = ("thread", "process")
 
 
 def workload(num_requests: int, prompt_tokens: int, seed: int) -> list[list[int]]:
@@ -94,14 +100,17 @@ def _renice_to(value: int) -> None:
         os.setpriority(os.PRIO_PROCESS, 0, value)
 
 
-def start_server(args: argparse.Namespace, workdir: Path) -> tuple[subprocess.Popen, str]:
+def start_server(
+    args: argparse.Namespace, workdir: Path, engine_core: str = "process"
+) -> tuple[subprocess.Popen, str]:
+    workdir.mkdir(parents=True, exist_ok=True)
     port_file = workdir / "port"
     log = open(workdir / "server.log", "wb")  # noqa: SIM115 - lives as long as the server
     command = [
         sys.executable, "-m", "reference_server", "--port", "0", "--port-file", str(port_file),
         "--device", args.device, "--max-num-seqs", str(args.max_num_seqs),
         "--max-num-batched-tokens", str(args.max_num_batched_tokens), "--log-level", "warning",
-        *getattr(args, "extra_server_args", ()),
+        "--engine-core", engine_core, *getattr(args, "extra_server_args", ()),
     ]  # fmt: skip
     env = {**os.environ, "OMP_NUM_THREADS": str(args.torch_threads)}
     process = subprocess.Popen(
@@ -161,17 +170,46 @@ async def stream_one(
             "output_tokens": usage["completion_tokens"] if usage else 0}  # fmt: skip
 
 
+async def probe_latencies(url: str, path: str, stop: asyncio.Event) -> list[float]:
+    """Seconds per GET of `path`, one every PROBE_INTERVAL_SECONDS until `stop`: what a
+    liveness probe or a Prometheus scrape sees while the engine is saturated."""
+    latencies = []
+    async with httpx.AsyncClient(base_url=url, timeout=30) as http:
+        while not stop.is_set():
+            sent = time.perf_counter()
+            response = await http.get(path)
+            latencies.append(time.perf_counter() - sent)
+            response.raise_for_status()
+            with contextlib.suppress(asyncio.TimeoutError):
+                await asyncio.wait_for(stop.wait(), PROBE_INTERVAL_SECONDS)
+    return latencies
+
+
+def _p99_ms(values: list[float]) -> float | None:
+    if not values:
+        return None
+    ordered = sorted(values)
+    return ordered[min(len(ordered) - 1, int(0.99 * len(ordered)))] * 1e3
+
+
 async def run_http(url: str, prompts: list[list[int]], max_tokens: int) -> dict:
     limits = httpx.Limits(max_connections=len(prompts) + 4)
     async with httpx.AsyncClient(base_url=url, timeout=600, limits=limits) as http:
         await stream_one(http, prompts[0], 4, 0)  # warm-up
+        stop = asyncio.Event()
+        probes = [asyncio.ensure_future(probe_latencies(url, path, stop))
+                  for path in ("/health", "/metrics")]  # fmt: skip
         started = time.perf_counter()
         results = await asyncio.gather(
             *(stream_one(http, p, max_tokens, i) for i, p in enumerate(prompts))
         )
         elapsed = time.perf_counter() - started
+        stop.set()
+        health, metrics = await asyncio.gather(*probes)
     tokens = sum(r["output_tokens"] for r in results)
-    return {"output_tokens": tokens, "seconds": elapsed, "tokens_per_second": tokens / elapsed}
+    return {"output_tokens": tokens, "seconds": elapsed, "tokens_per_second": tokens / elapsed,
+            "health_p99_ms": _p99_ms(health), "metrics_p99_ms": _p99_ms(metrics),
+            "probes": len(health) + len(metrics)}  # fmt: skip
 
 
 def ttft_histogram(url: str) -> tuple[float, float]:
@@ -207,6 +245,18 @@ async def run_low_load(url: str, prompts: list[list[int]], count: int) -> dict:
     }
 
 
+def _values(runs: list[dict], key: str) -> list[float]:
+    return [run[key] for run in runs if run.get(key) is not None]
+
+
+def _fmt(value: float | None) -> str:
+    return "n/a" if value is None else f"{value:.2f}"
+
+
+TARGET_RATIO = 0.90
+TARGET_PROBE_P99_MS = 10.0
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--device", default="cpu", help="engine device (default: cpu)")
@@ -231,6 +281,13 @@ def main() -> int:
         help="niceness of the benchmark's HTTP client; > 0 stands in for a client on another "
         "machine (its TTFT readings then include its own scheduling delay)",
     )
+    parser.add_argument(
+        "--engine-core",
+        choices=(*PLACEMENTS, "both"),
+        default="both",
+        help="server side: the engine core in a child process, in a thread, or both side by "
+        "side (default)",
+    )
     parser.add_argument("--offline-only", action="store_true", help=argparse.SUPPRESS)
     parser.add_argument(
         "--output", default=str(REPO_ROOT / "benchmarks" / "results" / "server.json")
@@ -246,54 +303,71 @@ def main() -> int:
     if args.offline_only:
         print(json.dumps(run_offline(config, prompts, args.max_tokens, args.torch_threads)))
         return 0
+    placements = PLACEMENTS if args.engine_core == "both" else (args.engine_core,)
     offline_runs: list[dict] = []
-    http_runs: list[dict] = []
+    http_runs: dict[str, list[dict]] = {p: [] for p in placements}
+    low: dict[str, dict] = {}
     with tempfile.TemporaryDirectory() as tmp:
-        process, url = start_server(args, Path(tmp))
+        servers = {p: start_server(args, Path(tmp) / p, p) for p in placements}
         try:
             if args.client_nice:
                 os.nice(args.client_nice)
-            # Interleaved, best of N each: other load on a shared machine hits both sides alike.
+            # Interleaved, best of N each: other load on a shared machine hits every side alike.
             for _ in range(args.repeats):
                 offline_runs.append(run_offline_process(args))
-                http_runs.append(asyncio.run(run_http(url, prompts, args.max_tokens)))
-            low = asyncio.run(run_low_load(url, prompts, args.low_load_requests))
+                for placement, (_, url) in servers.items():
+                    http_runs[placement].append(
+                        asyncio.run(run_http(url, prompts, args.max_tokens))
+                    )
+            for placement, (_, url) in servers.items():
+                low[placement] = asyncio.run(run_low_load(url, prompts, args.low_load_requests))
         finally:
-            process.send_signal(signal.SIGTERM)
-            process.wait(timeout=60)
+            for process, _ in servers.values():
+                process.send_signal(signal.SIGTERM)
+            for process, _ in servers.values():
+                process.wait(timeout=60)
     offline = max(offline_runs, key=lambda r: r["tokens_per_second"])
-    http = max(http_runs, key=lambda r: r["tokens_per_second"])
-    ratio = http["tokens_per_second"] / offline["tokens_per_second"]
+    best = {p: max(runs, key=lambda r: r["tokens_per_second"]) for p, runs in http_runs.items()}
+    ratios = {p: run["tokens_per_second"] / offline["tokens_per_second"] for p, run in best.items()}
     result = {
         "workload": {"requests": args.requests, "prompt_tokens": args.prompt_tokens,
                      "max_tokens": args.max_tokens, "device": args.device,
                      "max_num_seqs": args.max_num_seqs, "repeats": args.repeats,
                      "torch_threads": args.torch_threads, "client_nice": args.client_nice},
         "offline": offline,
-        "http_streaming": http,
         "offline_runs": offline_runs,
+        "http_streaming": best,
         "http_streaming_runs": http_runs,
-        "http_to_offline_ratio": ratio,
-        "target_ratio": 0.8,
+        "http_to_offline_ratio": ratios,
+        "target_ratio": TARGET_RATIO,
+        "target_probe_p99_ms": TARGET_PROBE_P99_MS,
         "low_load_ttft": low,
         "host": {"platform": platform.platform(), "cpu_count": os.cpu_count(),
                  "load_average": os.getloadavg()},
     }  # fmt: skip
     Path(args.output).parent.mkdir(parents=True, exist_ok=True)
     Path(args.output).write_text(json.dumps(result, indent=2) + "\n")
-    print(f"{'measure':<44}{'value':>14}")
+    print(f"{'measure':<46}" + "".join(f"{'engine core ' + p:>22}" for p in placements))
     rows = [
-        ("offline engine output tokens/s", f"{offline['tokens_per_second']:.1f}"),
-        ("HTTP streaming output tokens/s", f"{http['tokens_per_second']:.1f}"),
-        ("HTTP / offline (target >= 0.80)", f"{ratio:.3f}"),
-        ("output tokens per run", f"{http['output_tokens']}"),
-        ("low-load client TTFT mean (ms)", f"{low['client_ttft_mean_seconds'] * 1e3:.2f}"),
-        ("low-load client TTFT p50 (ms)", f"{low['client_ttft_p50_seconds'] * 1e3:.2f}"),
-        ("low-load server TTFT mean (ms)", f"{low['server_ttft_mean_seconds'] * 1e3:.2f}"),
-        ("HTTP stack cost: client - server (ms)", f"{low['http_overhead_mean_seconds'] * 1e3:.2f}"),
-    ]
-    for name, value in rows:
-        print(f"{name:<44}{value:>14}")
+        ("offline engine output tokens/s", lambda p: f"{offline['tokens_per_second']:.1f}"),
+        ("HTTP streaming output tokens/s", lambda p: f"{best[p]['tokens_per_second']:.1f}"),
+        (f"HTTP / offline (target >= {TARGET_RATIO:.2f})", lambda p: f"{ratios[p]:.3f}"),
+        ("output tokens per run", lambda p: f"{best[p]['output_tokens']}"),
+        (f"/health p99 under load (ms, <= {TARGET_PROBE_P99_MS:g})",
+         lambda p: _fmt(max(_values(http_runs[p], "health_p99_ms"), default=None))),
+        (f"/metrics p99 under load (ms, <= {TARGET_PROBE_P99_MS:g})",
+         lambda p: _fmt(max(_values(http_runs[p], "metrics_p99_ms"), default=None))),
+        ("low-load client TTFT mean (ms)",
+         lambda p: f"{low[p]['client_ttft_mean_seconds'] * 1e3:.2f}"),
+        ("low-load client TTFT p50 (ms)",
+         lambda p: f"{low[p]['client_ttft_p50_seconds'] * 1e3:.2f}"),
+        ("low-load server TTFT mean (ms)",
+         lambda p: f"{low[p]['server_ttft_mean_seconds'] * 1e3:.2f}"),
+        ("HTTP stack cost: client - server (ms)",
+         lambda p: f"{low[p]['http_overhead_mean_seconds'] * 1e3:.2f}"),
+    ]  # fmt: skip
+    for name, cell in rows:
+        print(f"{name:<46}" + "".join(f"{cell(p):>22}" for p in placements))
     print(f"wrote {args.output}")
     return 0
 

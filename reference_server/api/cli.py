@@ -18,6 +18,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from reference_server.api.server_config import (
+    ENGINE_CORE_PLACEMENTS,
     LOG_LEVELS,
     SERVER_FIELD_HELP,
     ServerConfig,
@@ -88,6 +89,7 @@ _CHOICES = {
     ("engine", "batching.batch_api_priority"): ("batch", "interactive"),
     ("engine", "device"): DEVICES,
     ("server", "log_level"): LOG_LEVELS,
+    ("server", "engine_core"): ENGINE_CORE_PLACEMENTS,
 }
 _METAVARS = {int: "N", float: "NUM", str: "TEXT"}
 _UNIT_SUFFIXES = {

@@ -4,8 +4,10 @@ Owns the uvicorn server (a subclass whose signal handling drains instead of stop
 the listening socket (port 0 picks a free port; --port-file receives the bound port once the
 server is listening), the engine's start and shutdown, and logging setup. SIGTERM (or a first
 Ctrl-C): stop admitting (new requests get 503, /health 503), let in-flight requests finish for up
-to --drain-timeout-seconds, abort the rest, close, exit 0. A second signal forces the exit. It
-knows nothing about individual endpoints.
+to --drain-timeout-seconds, abort the rest, close, exit 0. A second signal forces the exit. The
+engine runs in a child process (EngineCoreClient; --engine-core thread keeps it in this one); if
+it dies, every request in flight gets its error, /health turns 503 and the server exits 1 once
+the responses are flushed. It knows nothing about individual endpoints.
 """
 
 from __future__ import annotations
@@ -30,6 +32,8 @@ from reference_server.api.connections import uvicorn_options
 from reference_server.api.server_config import ServerConfig
 from reference_server.async_engine import AsyncEngine
 from reference_server.config import EngineConfig
+from reference_server.engine_core import EngineCoreClient
+from reference_server.errors import EngineDeadError
 
 __all__ = ["DrainingServer", "bind_socket", "run_server", "write_port_file"]
 
@@ -67,6 +71,8 @@ class DrainingServer(uvicorn.Server):
         self._port = port
         self._drain_task: asyncio.Task[None] | None = None
         self._loop: asyncio.AbstractEventLoop | None = None
+        self.engine_error: BaseException | None = None
+        self._death_task: asyncio.Future[None] | None = None
 
     async def startup(self, sockets: list[socket.socket] | None = None) -> None:
         self._loop = asyncio.get_running_loop()
@@ -82,6 +88,25 @@ class DrainingServer(uvicorn.Server):
             logger.info("listening on http://%s:%d", config.host, self._port)
             if config.port_file:
                 write_port_file(config.port_file, self._port)
+
+    def engine_died(self, error: BaseException) -> None:
+        """The engine is gone (any thread may call this): every request in flight has its
+        error already; give the responses a moment to reach their clients, then exit
+        non-zero. A server whose engine is dead must not linger half alive."""
+        self.engine_error = error
+        if self._loop is None:
+            self.should_exit = True
+            return
+        self._loop.call_soon_threadsafe(self._exit_after_flush)
+
+    def _exit_after_flush(self) -> None:
+        async def flush_then_exit() -> None:
+            deadline = time.monotonic() + _FLUSH_WAIT_SECONDS
+            while self._state.num_in_flight > 0 and time.monotonic() < deadline:
+                await asyncio.sleep(0.01)
+            self.should_exit = True
+
+        self._death_task = asyncio.ensure_future(flush_then_exit())
 
     def handle_exit(self, sig: int, frame: FrameType | None) -> None:
         # Not recorded in _captured_signals: uvicorn would re-raise it after shutdown and the
@@ -136,22 +161,21 @@ def run_server(engine_config: EngineConfig, server_config: ServerConfig) -> int:
         return 2
     port = sock.getsockname()[1]
     started = time.monotonic()
-    engine = AsyncEngine(engine_config)
-    runner = getattr(engine.engine, "runner", None)
-
-    def memory() -> dict[str, int]:
-        stats = getattr(runner, "memory_stats", None)
-        return stats() if stats is not None else {}
-
-    device = str(getattr(runner, "device", engine_config.device))
-    state = build_state(engine, server_config, memory_fn=memory, device=device)
+    try:
+        engine = _start_engine(engine_config, server_config)
+    except EngineDeadError as exc:
+        sock.close()
+        print(f"error: {exc}", file=sys.stderr)
+        return 1
+    state = build_state(engine, server_config, memory_fn=engine.memory_stats, device=engine.device)
     engine.add_step_listener(state.metrics.observe_step)
-    engine.start()
+    if server_config.engine_core == "thread":
+        engine.start()
     logger.info(
         "engine up in %.2f s: model=%s device=%s policy=%s",
         time.monotonic() - started,
         state.model_name,
-        device,
+        engine.device,
         engine_config.batching.policy,
     )
 
@@ -177,10 +201,24 @@ def run_server(engine_config: EngineConfig, server_config: ServerConfig) -> int:
         log_config=None,
     )
     server = DrainingServer(config, state=state, port=port)
+    engine.on_death(server.engine_died)
     try:
         server.run(sockets=[sock])
     finally:
         sock.close()
-        if engine.is_alive():
-            engine.shutdown()
+        engine.shutdown()
+    if server.engine_error is not None:
+        logger.error("exiting: the engine died (%s)", server.engine_error)
+        return 1
     return 0
+
+
+def _start_engine(engine_config: EngineConfig, server_config: ServerConfig) -> Any:
+    """The engine front end the server runs on: the core in a child process (started here,
+    the model loaded when this returns) or, with --engine-core thread, an AsyncEngine whose
+    loop thread the caller starts."""
+    if server_config.engine_core == "thread":
+        return AsyncEngine(engine_config)
+    client = EngineCoreClient(engine_config, log_level=server_config.log_level)
+    client.start()
+    return client

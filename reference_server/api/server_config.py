@@ -14,9 +14,18 @@ import math
 from dataclasses import dataclass
 from typing import Any
 
-__all__ = ["LOG_LEVELS", "SERVER_FIELD_HELP", "ServerConfig", "ServerConfigError"]
+__all__ = [
+    "ENGINE_CORE_PLACEMENTS",
+    "LOG_LEVELS",
+    "SERVER_FIELD_HELP",
+    "ServerConfig",
+    "ServerConfigError",
+]
 
 LOG_LEVELS = ("critical", "error", "warning", "info", "debug")
+# Where the engine's step loop runs: its own process (the default; HTTP and stepping do not share
+# a GIL) or a thread of the API process (one process to debug or profile).
+ENGINE_CORE_PLACEMENTS = ("process", "thread")
 
 
 class ServerConfigError(ValueError):
@@ -62,6 +71,7 @@ class ServerConfig:
     embedding_max_inputs_per_request: int = 128
     log_level: str = "info"
     access_log: bool = False
+    engine_core: str = "process"
     # Batch API (/v1/files, /v1/batches). Defaults: the seeds' figures (docs/server.md).
     data_dir: str | None = None
     batch_max_inflight: int | None = None
@@ -117,6 +127,10 @@ class ServerConfig:
                 raise ServerConfigError(name, "must be a non-empty string or unset")
         if self.log_level not in LOG_LEVELS:
             raise ServerConfigError("log_level", f"must be one of {', '.join(LOG_LEVELS)}")
+        if self.engine_core not in ENGINE_CORE_PLACEMENTS:
+            raise ServerConfigError(
+                "engine_core", f"must be one of {', '.join(ENGINE_CORE_PLACEMENTS)}"
+            )
         for name in ("strict", "access_log", "client_fairness"):
             if not isinstance(getattr(self, name), bool):
                 raise ServerConfigError(name, "must be true or false")
@@ -229,6 +243,8 @@ SERVER_FIELD_HELP: dict[str, str] = {
     "embedding_max_inputs_per_request": "most inputs in one /v1/embeddings request",
     "log_level": "log verbosity: " + ", ".join(LOG_LEVELS),
     "access_log": "log one line per HTTP request",
+    "engine_core": "where the engine's step loop runs: process (a child process, the default: "
+    "HTTP and stepping do not share one GIL) or thread (inside the API process)",
     "data_dir": "directory for Batch API files and job state (SQLite + files), kept across "
     "restarts; 'none' = a new temporary directory, announced at start",
     "batch_max_inflight": "Batch API: most job lines in the engine (running or waiting) at once, "
