@@ -16,6 +16,7 @@ API process dies, the pipe reaches end-of-file and the core exits.
 from __future__ import annotations
 
 import contextlib
+import gc
 import logging
 import signal
 import sys
@@ -58,6 +59,11 @@ def run_engine_core(config: EngineConfig, conn: Connection, log_level: str) -> N
         error = exc if isinstance(exc, EngineError) else None
         _send_quietly(conn, (wire.DEAD, f"the engine did not start: {exc!r}", error))
         raise SystemExit(1) from None
+    # As the API process does once it listens: what start-up loaded (torch, the model) goes to
+    # the permanent generation, so a full collection scans only what serving allocates; without
+    # it a gen-2 collection stalled a step (and every stream) by 50-170 ms on this machine.
+    gc.collect()
+    gc.freeze()
     core = _Core(engine, conn)
     try:
         core.send((wire.READY, core.ready_info()))

