@@ -119,6 +119,9 @@ class Engine:
             raise ConfigError("batching", f"must be a mapping, got {type(changes).__name__}")
         previous = self._config.batching
         updated = previous.merged(changes)
+        check = getattr(self.runner, "check_step_memory", None)  # a fake runner has none
+        if check is not None and updated.max_num_batched_tokens != previous.max_num_batched_tokens:
+            check(updated.max_num_batched_tokens)
         self.scheduler.set_config(updated)
         self._config = dataclasses.replace(self._config, batching=updated)
         return previous.to_dict()
@@ -194,21 +197,20 @@ class Engine:
         return len(request_ids)
 
     def has_unfinished(self) -> bool:
-        return bool(
-            self._seqs or self._pending_outputs or self._embedding_jobs or self._embedding_results
-        )
+        return bool(self._seqs or self._pending_outputs or self.num_embedding_jobs)
 
     def num_unfinished(self) -> int:
         return len(self._seqs)
 
     @property
     def num_embedding_jobs(self) -> int:
-        return len(self._embedding_jobs)
+        """Queued embedding jobs, and cancelled ones the next step answers."""
+        return len(self._embedding_jobs) + len(self._embedding_results)
 
     def next_wakeup_seconds(self) -> float | None:
         """0 when step() has work now; else seconds until it may (a dynamic window or a deadline
         expires); None when there is nothing to do until a request arrives."""
-        if self._pending_outputs or self._embedding_jobs or self._embedding_results:
+        if self._pending_outputs or self.num_embedding_jobs:
             return 0.0
         now = time.monotonic()
         wakeup = self.scheduler.next_wakeup_seconds(now)
@@ -239,11 +241,9 @@ class Engine:
     def step(self) -> StepResult:
         """One generation step, then (if any is queued) one embedding slice."""
         result = self._generation_step()
-        if self._embedding_results:
-            result.embeddings, self._embedding_results = self._embedding_results, []
-        if self._embedding_jobs:
-            budget = self._config.batching.max_num_batched_tokens
-            result.embeddings.extend(self._embedding_jobs.run_slice(self.runner.embed, budget))
+        result.embeddings, self._embedding_results = self._embedding_results, []
+        budget = self._config.batching.max_num_batched_tokens
+        result.embeddings.extend(self._embedding_jobs.run_slice(self.runner.embed, budget))
         return result
 
     def _generation_step(self) -> StepResult:
@@ -332,8 +332,7 @@ class Engine:
     def _fail_chunks(
         self, chunks: SequenceOf[ScheduledChunk], exc: Exception
     ) -> list[tuple[str, EngineError]]:
-        # Their KV may be half written: free it with the sequences. The error (not an "abort"
-        # output) is what their clients get, as a 500-class error.
+        # Their KV may be half written: free it. Their clients get the error, not an "abort".
         logger.error("forward pass failed for %d sequence(s): %r", len(chunks), exc)
         error = EngineFailure(f"the forward pass failed: {exc!r}")
         failures = []

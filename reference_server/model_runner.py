@@ -12,6 +12,7 @@ import os
 from collections.abc import Sequence as AbcSequence
 from typing import TYPE_CHECKING
 
+import psutil
 import torch
 
 from reference_server.attention import build_attention_metadata
@@ -22,6 +23,7 @@ from reference_server.logits_mask import AllowedTokenMask
 from reference_server.model import build_random_model
 from reference_server.model_config import get_preset
 from reference_server.sampler import SamplingTensors, sample
+from reference_server.step_memory import check_step_memory, step_activation_bytes
 from reference_server.tokenizer import ByteTokenizer
 
 if TYPE_CHECKING:
@@ -157,6 +159,11 @@ class ModelRunner:
             device=torch_device,
         )
 
+        if self.device == "cpu":  # on CUDA the KV budget below leaves the step its room
+            try:
+                self.check_step_memory(self.max_num_batched_tokens)
+            except ConfigError as exc:
+                raise exc.with_prefix("batching") from None  # the flag's name
         if num_kv_blocks_override is not None:
             num_blocks = _positive_int("num_gpu_blocks_override", num_kv_blocks_override)
         else:
@@ -197,11 +204,25 @@ class ModelRunner:
             return DEFAULT_CPU_KV_CACHE_BYTES
         free_bytes, _total_bytes = torch.cuda.mem_get_info()
         # Leave room for one full step's activations (MLP, logits, attention scores).
-        config = self.model_config
-        per_token_elements = 3 * config.intermediate_size + 8 * config.hidden_size
-        per_token_elements += config.vocab_size + 4 * config.num_heads * self.max_model_len
-        activation_bytes = self.max_num_batched_tokens * per_token_elements * 4
+        activation_bytes = step_activation_bytes(
+            self.model_config, tokens=self.max_num_batched_tokens, max_model_len=self.max_model_len
+        )
         return max(int(free_bytes * utilization) - activation_bytes, 0)
+
+    def check_step_memory(self, max_num_batched_tokens: int) -> None:
+        """ConfigError when a step of this many tokens would not fit the memory free now."""
+        if self.device == "cuda":
+            free_bytes = torch.cuda.mem_get_info()[0]
+        else:
+            free_bytes = psutil.virtual_memory().available
+        check_step_memory(
+            self.model_config,
+            device=self.device,
+            max_model_len=self.max_model_len,
+            tokens=max_num_batched_tokens,
+            reserved_tokens=self.max_num_batched_tokens,
+            free_bytes=free_bytes,
+        )
 
     @torch.inference_mode()
     def execute(self, chunks: AbcSequence[ScheduledChunk]) -> list[int | None]:
