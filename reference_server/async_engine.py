@@ -28,7 +28,12 @@ from reference_server.errors import (
     EngineDeadError,
     EngineError,
 )
-from reference_server.outputs import EngineStats, RequestOutput, StepResult
+from reference_server.outputs import (
+    SNAPSHOT_INTERVAL_SECONDS,
+    EngineStats,
+    RequestOutput,
+    StepResult,
+)
 from reference_server.request_streams import RequestStreams
 from reference_server.sampling_params import SamplingParams
 from reference_server.step_record import StepRecord
@@ -57,6 +62,8 @@ class AsyncEngine:
         self._streams = RequestStreams()
         self._listeners: list[Callable[[StepRecord], None]] = []
         self._shut_down = False
+        self._snapshot: EngineStats = self._engine.stats()
+        self._snapshot_at = 0.0
         self._job_ids = itertools.count(1)
         self._embedding_futures: dict[int, concurrent.futures.Future[Any]] = {}
 
@@ -204,8 +211,9 @@ class AsyncEngine:
         return previous
 
     def stats(self) -> EngineStats:
-        with self._engine_lock:
-            return self._engine.stats()
+        """The loop's latest snapshot (at most SNAPSHOT_INTERVAL_SECONDS old while it steps,
+        exact once it rests): never waits for the engine lock."""
+        return self._snapshot
 
     def steps_after(self, seq: int, limit: int = 1000) -> tuple[list[dict[str, Any]], int, int]:
         return self._engine.step_log.after(seq, limit)
@@ -253,6 +261,12 @@ class AsyncEngine:
                     for command in commands:
                         command()
                     result = self._engine.step()
+                    now = time.monotonic()
+                    # /metrics reads this snapshot and never waits for a step; it is exact
+                    # whenever the engine rests.
+                    if (now - self._snapshot_at >= SNAPSHOT_INTERVAL_SECONDS
+                            or not self._engine.has_unfinished()):  # fmt: skip
+                        self._snapshot, self._snapshot_at = self._engine.stats(), now
                 idle_guard = not (result.record or result.outputs or commands or
                                   result.embeddings or self._engine.num_embedding_jobs)  # fmt: skip
                 self._publish(result)

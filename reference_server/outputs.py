@@ -12,9 +12,18 @@ from typing import Any
 from reference_server.errors import EngineError
 from reference_server.step_record import StepRecord
 
-__all__ = ["FINISH_REASONS", "EngineStats", "RequestOutput", "StepResult"]
+__all__ = [
+    "FINISH_REASONS",
+    "SNAPSHOT_INTERVAL_SECONDS",
+    "EngineStats",
+    "RequestOutput",
+    "StepResult",
+]
 
 FINISH_REASONS: tuple[str, ...] = ("length", "stop", "deadline", "abort", "max_model_len")
+# How old the EngineStats snapshot /metrics reads may be while the engine steps (both front ends
+# refresh it at this interval, and always when the engine comes to rest).
+SNAPSHOT_INTERVAL_SECONDS = 0.05
 
 
 @dataclass(slots=True)

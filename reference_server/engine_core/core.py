@@ -29,12 +29,12 @@ from reference_server.config import EngineConfig
 from reference_server.engine import Engine
 from reference_server.engine_core import wire
 from reference_server.errors import EngineError, EngineFailure
+from reference_server.outputs import SNAPSHOT_INTERVAL_SECONDS
 
-__all__ = ["SNAPSHOT_INTERVAL_SECONDS", "run_engine_core"]
+__all__ = ["run_engine_core"]
 
 logger = logging.getLogger("reference_server.engine_core")
 
-SNAPSHOT_INTERVAL_SECONDS = 0.05
 # As in AsyncEngine: a step that found nothing although the engine said there was work waits
 # this long before asking again, so an inconsistency never becomes a spinning loop.
 _IDLE_GUARD_SECONDS = 0.005
