@@ -29,7 +29,7 @@ ARGS = [
     "--keep-alive-timeout-seconds", "1", "--max-connections", "200",
     "--max-connections-per-client", "100", "--max-header-bytes", "8192",
     "--max-header-count", "50", "--stream-stall-timeout-seconds", str(STALL_TIMEOUT_SECONDS),
-    "--max-num-seqs", "4",
+    "--max-num-seqs", "4", "--trusted-proxies", "127.0.0.2",
 ]  # fmt: skip
 
 
@@ -250,3 +250,9 @@ def test_admin_refuses_foreign_hosts_non_json_bodies_and_forwarded_addresses(har
         # FORWARDED_ALLOW_IPS=* is in the server's environment: the header is still ignored.
         forwarded = client.get("/admin/batching", headers={"X-Forwarded-For": "203.0.113.9"})
         assert forwarded.status_code == 200
+    # Through the proxy --trusted-proxies names, a remote client is what it is: 403.
+    transport = httpx.HTTPTransport(local_address="127.0.0.2")
+    with httpx.Client(base_url=hardened.base_url, timeout=30, transport=transport) as proxy:
+        remote = proxy.get("/admin/batching", headers={"X-Forwarded-For": "203.0.113.9"})
+        assert remote.status_code == 403
+        assert remote.json()["error"]["code"] == "admin_forbidden"
