@@ -80,6 +80,17 @@ def requests_schema() -> pa.Schema:
     )
 
 
+def _write_options() -> dict[str, object]:
+    # As the gate's `gate.rundir.record_schema.write_options` (why there): dictionary pages for
+    # strings and token counts, chunk_times uncompressed (they hardly compress; reading is faster).
+    schema = requests_schema()
+    strings = [f.name for f in schema if str(f.type) == "string"]
+    return {
+        "use_dictionary": [*strings, "chunk_tokens"],
+        "compression": {n: "none" if n == "chunk_times" else "snappy" for n in schema.names},
+    }
+
+
 def write_parquet(jsonl_path: str | Path) -> Path | None:
     """Write requests.parquet beside a closed `jsonl_path`; None (and no file) when it cannot."""
     import pyarrow as pa
@@ -98,7 +109,7 @@ def write_parquet(jsonl_path: str | Path) -> Path | None:
     try:
         with (
             jsonl_path.open("rb") as handle,
-            pq.ParquetWriter(temporary, schema.with_metadata(header)) as writer,
+            pq.ParquetWriter(temporary, schema.with_metadata(header), **_write_options()) as writer,
         ):
             while True:
                 data = handle.read(_BLOCK_BYTES)
@@ -116,7 +127,7 @@ def write_parquet(jsonl_path: str | Path) -> Path | None:
                 )
                 for name, default in _DEFAULTS.items():
                     index = table.schema.get_field_index(name)
-                    table = table.set_column(index, name, pc.fill_null(table[name], default))
+                    table = table.set_column(index, name, pc.coalesce(table[name], default))
                 writer.write_table(table)
                 size += end
                 tail = (tail + data[max(end - TAIL_BYTES, 0) : end])[-TAIL_BYTES:]

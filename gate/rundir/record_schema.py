@@ -39,6 +39,7 @@ __all__ = [
     "jsonl_tail",
     "parquet_path",
     "requests_schema",
+    "write_options",
 ]
 
 SCHEMA_NAME = "batchgate.requests"
@@ -123,6 +124,19 @@ def requests_schema() -> pa.Schema:
             ("worker", i8),
         ]
     )
+
+
+def write_options() -> dict[str, object]:
+    """`pyarrow.parquet.ParquetWriter` options of requests.parquet: dictionary pages for the
+    strings and token counts (few distinct values), and no compression for `chunk_times`, most
+    of the file's bytes: six-decimal times hardly compress, and decompressing them was most of
+    the time a check spent reading the file (snappy: 2.2 s against 0.7 s for 1M records)."""
+    strings = [f.name for f in requests_schema() if str(f.type) == "string"]
+    names = requests_schema().names
+    return {
+        "use_dictionary": [*strings, "chunk_tokens"],
+        "compression": {name: "none" if name == "chunk_times" else "snappy" for name in names},
+    }
 
 
 def parquet_path(jsonl_path: str | Path) -> Path:
