@@ -18,25 +18,22 @@ import itertools
 import logging
 import threading
 import time
-from collections.abc import AsyncIterator, Callable
+from collections.abc import Callable
 from typing import Any
 
 from reference_server.config import EngineConfig
 from reference_server.engine import Engine, ModelRunnerLike
 from reference_server.errors import (
-    AdmissionError,
     EngineDeadError,
     EngineError,
 )
+from reference_server.front_end import EngineFrontEnd
 from reference_server.outputs import (
     SNAPSHOT_INTERVAL_SECONDS,
     EngineStats,
-    RequestOutput,
     StepResult,
 )
-from reference_server.request_streams import RequestStreams
 from reference_server.sampling_params import SamplingParams
-from reference_server.step_record import StepRecord
 from reference_server.tokenizer import ByteTokenizer
 
 __all__ = ["AsyncEngine"]
@@ -48,19 +45,17 @@ logger = logging.getLogger(__name__)
 _IDLE_GUARD_SECONDS = 0.005
 
 
-class AsyncEngine:
+class AsyncEngine(EngineFrontEnd):
     def __init__(self, config: EngineConfig, *, runner: ModelRunnerLike | None = None) -> None:
+        super().__init__()
         self._engine = Engine(config, runner=runner)
         self._cond = threading.Condition()
         self._engine_lock = threading.Lock()  # held while the engine thread steps
         self._inbox: list[Callable[[], object]] = []
         self._kicked = False
         self._stopping = False
-        self._draining = False
         self._dead: BaseException | None = None
         self._thread: threading.Thread | None = None
-        self._streams = RequestStreams()
-        self._listeners: list[Callable[[StepRecord], None]] = []
         self._shut_down = False
         self._snapshot: EngineStats = self._engine.stats()
         self._snapshot_at = 0.0
@@ -77,11 +72,6 @@ class AsyncEngine:
 
     def is_alive(self) -> bool:
         return self._thread is not None and self._thread.is_alive() and self._dead is None
-
-    def on_death(self, handler: Callable[[BaseException], None]) -> None:
-        """`handler(error)` runs once if the step loop crashes (after every consumer got its
-        error): the server uses it to exit instead of staying half alive."""
-        self._streams.on_death(handler)
 
     def shutdown(self, timeout_seconds: float = 10.0) -> None:
         if self._shut_down:
@@ -117,47 +107,6 @@ class AsyncEngine:
 
     # -- requests --------------------------------------------------------------------------
 
-    async def generate(
-        self,
-        request_id: str,
-        prompt_token_ids: list[int],
-        params: SamplingParams,
-        *,
-        priority: str = "interactive",
-        stream: bool = True,
-    ) -> AsyncIterator[RequestOutput]:
-        """Stream `request_id`'s outputs; errors (validation, admission) raise before the first
-        output. Stopping early (aclose, cancellation) aborts the request.
-
-        stream=False yields one output, at the end, with the whole text and token ids (its
-        timing fields as usual): a caller that only needs the answer (a Batch API line) then
-        costs the event loop one wake-up per request instead of one per step."""
-        self._check_alive()
-        if self._draining:
-            raise AdmissionError("draining")
-        arrival = time.monotonic()
-
-        def add() -> None:
-            try:
-                self._engine.add_request(
-                    request_id, prompt_token_ids, params, priority=priority, arrival_time=arrival
-                )
-            except EngineError as exc:
-                self._streams.deliver(request_id, exc)
-
-        async for output in self._streams.consume(
-            request_id,
-            stream=stream,
-            submit=lambda: self._submit(add),
-            abort=lambda: self._submit(lambda: self._engine.abort(request_id)),
-            is_dead=lambda: self._dead is not None,
-        ):
-            yield output
-
-    async def abort(self, request_id: str) -> None:
-        self._check_alive()
-        self._submit(lambda: self._engine.abort(request_id))
-
     async def embed(self, token_id_lists: list[list[int]]) -> list[list[float]]:
         """Queue an embedding job on the engine: it runs a slice of at most
         max_num_batched_tokens tokens after each step. A failure of its forward pass fails this
@@ -180,25 +129,6 @@ class AsyncEngine:
             self._embedding_futures.pop(job_id, None)
         return result
 
-    async def drain(self, timeout_seconds: float) -> None:
-        """Refuse new requests ("draining"), wait up to `timeout_seconds` for in-flight ones,
-        then abort whatever is left (its consumers get finish_reason "abort")."""
-        self._draining = True
-        if not self.is_alive():
-            return
-        if not await self._wait_drained(timeout_seconds):
-            self._submit(self._engine.abort_all)
-            await self._wait_drained(max(1.0, timeout_seconds))
-
-    async def _wait_drained(self, timeout_seconds: float) -> bool:
-        event = self._streams.add_drain_waiter()
-        self._kick()
-        try:
-            await asyncio.wait_for(event.wait(), timeout_seconds)
-        except asyncio.TimeoutError:  # not the builtin TimeoutError before Python 3.11
-            return False
-        return True
-
     # -- settings and telemetry (thread-safe; applied between steps) -----------------------
 
     def get_batching(self) -> dict[str, Any]:
@@ -218,16 +148,32 @@ class AsyncEngine:
     def steps_after(self, seq: int, limit: int = 1000) -> tuple[list[dict[str, Any]], int, int]:
         return self._engine.step_log.after(seq, limit)
 
-    def add_step_listener(self, fn: Callable[[StepRecord], None]) -> None:
-        self._listeners.append(fn)
-
     # -- the loop thread -------------------------------------------------------------------
 
-    def _check_alive(self) -> None:
-        if self._dead is not None:
-            raise EngineDeadError(f"the engine loop crashed: {self._dead!r}")
-        if not self.is_alive():
-            raise EngineDeadError("the engine loop is not running")
+    def _dead_reason(self) -> str | None:
+        return None if self._dead is None else f"the engine loop crashed: {self._dead!r}"
+
+    def _send_add(
+        self, request_id: str, prompt_token_ids: list[int], params: SamplingParams,
+        priority: str, arrival_time: float,
+    ) -> None:  # fmt: skip
+        def add() -> None:
+            try:
+                self._engine.add_request(request_id, prompt_token_ids, params,
+                                         priority=priority, arrival_time=arrival_time)  # fmt: skip
+            except EngineError as exc:
+                self._streams.deliver(request_id, exc)
+
+        self._submit(add)
+
+    def _send_abort(self, request_id: str) -> None:
+        self._submit(lambda: self._engine.abort(request_id))
+
+    def _send_abort_all(self) -> None:
+        self._submit(self._engine.abort_all)
+
+    def _send_drain_wait(self) -> None:
+        self._kick()  # the loop checks the drain waiters after every step
 
     def _submit(self, command: Callable[[], object]) -> None:
         with self._cond:
@@ -282,11 +228,7 @@ class AsyncEngine:
         for job_id, vectors, error in result.embeddings:
             self._resolve_embedding(job_id, vectors, error)
         if result.record is not None:
-            for listener in self._listeners:
-                try:
-                    listener(result.record)
-                except Exception:  # a broken observer must not stop serving
-                    logger.exception("step listener failed")
+            self._notify_listeners(result.record)
         if self._streams.has_drain_waiters and not self._engine.has_unfinished():
             self._streams.wake_drain_waiters()
 

@@ -17,18 +17,16 @@ import itertools
 import logging
 import multiprocessing
 import threading
-import time
 from collections import deque
-from collections.abc import AsyncIterator, Callable
 from typing import Any
 
 from reference_server.config import EngineConfig
 from reference_server.engine_core import wire
-from reference_server.errors import AdmissionError, ConfigError, EngineDeadError
-from reference_server.outputs import EngineStats, RequestOutput
-from reference_server.request_streams import RequestStreams
+from reference_server.errors import ConfigError, EngineDeadError
+from reference_server.front_end import EngineFrontEnd
+from reference_server.outputs import EngineStats
 from reference_server.sampling_params import SamplingParams
-from reference_server.step_record import StepLog, StepRecord
+from reference_server.step_record import StepLog
 from reference_server.tokenizer import ByteTokenizer
 
 __all__ = ["EngineCoreClient"]
@@ -39,14 +37,13 @@ logger = logging.getLogger("reference_server.engine_core")
 _EXIT_WAIT_SECONDS = 5.0
 
 
-class EngineCoreClient:
+class EngineCoreClient(EngineFrontEnd):
     def __init__(self, config: EngineConfig, *, log_level: str = "info") -> None:
+        super().__init__()
         self._config = config
         self._log_level = log_level
         self._tokenizer = ByteTokenizer()
-        self._streams = RequestStreams()
         self._step_log = StepLog(max_records=config.step_log_size)
-        self._listeners: list[Callable[[StepRecord], None]] = []
         self._process: multiprocessing.process.BaseProcess | None = None
         self._conn: Any = None
         self._outbox: deque[bytes] = deque()
@@ -57,7 +54,6 @@ class EngineCoreClient:
         self._batching: dict[str, Any] = {}
         self._device = config.device
         self._snapshot: dict[str, Any] = {"stats": EngineStats(), "memory": {}, "num_unfinished": 0}
-        self._draining = False
         self._dead: str | None = None
         self._closing = False
         self._threads: list[threading.Thread] = []
@@ -116,9 +112,6 @@ class EngineCoreClient:
     def is_alive(self) -> bool:
         return self._process is not None and self._dead is None and self._process.is_alive()
 
-    def on_death(self, handler: Callable[[BaseException], None]) -> None:
-        self._streams.on_death(handler)
-
     def shutdown(self, timeout_seconds: float = 10.0) -> None:
         if self._process is None or self._closing:
             return
@@ -151,55 +144,9 @@ class EngineCoreClient:
 
     # -- requests --------------------------------------------------------------------------
 
-    async def generate(
-        self,
-        request_id: str,
-        prompt_token_ids: list[int],
-        params: SamplingParams,
-        *,
-        priority: str = "interactive",
-        stream: bool = True,
-    ) -> AsyncIterator[RequestOutput]:
-        """As AsyncEngine.generate: errors raise before the first output; leaving early aborts."""
-        self._check_alive()
-        if self._draining:
-            raise AdmissionError("draining")
-        add = (wire.ADD, request_id, prompt_token_ids, params, priority, time.monotonic())
-        async for output in self._streams.consume(
-            request_id,
-            stream=stream,
-            submit=lambda: self._post(add),
-            abort=lambda: self._post((wire.ABORT, request_id)),
-            is_dead=lambda: self._dead is not None,
-        ):
-            yield output
-
-    async def abort(self, request_id: str) -> None:
-        self._check_alive()
-        self._post((wire.ABORT, request_id))
-
     async def embed(self, token_id_lists: list[list[int]]) -> list[list[float]]:
         result: list[list[float]] = await self._call(wire.EMBED, token_id_lists)
         return result
-
-    async def drain(self, timeout_seconds: float) -> None:
-        """Refuse new requests ("draining"), wait up to `timeout_seconds` for in-flight ones,
-        then abort whatever is left (its consumers get finish_reason "abort")."""
-        self._draining = True
-        if not self.is_alive():
-            return
-        if not await self._wait_drained(timeout_seconds):
-            self._post((wire.ABORT_ALL,))
-            await self._wait_drained(max(1.0, timeout_seconds))
-
-    async def _wait_drained(self, timeout_seconds: float) -> bool:
-        event = self._streams.add_drain_waiter()
-        self._post((wire.DRAIN_WAIT,))
-        try:
-            await asyncio.wait_for(event.wait(), timeout_seconds)
-        except asyncio.TimeoutError:  # not the builtin TimeoutError before Python 3.11
-            return False
-        return True
 
     # -- settings and telemetry ------------------------------------------------------------
 
@@ -220,16 +167,25 @@ class EngineCoreClient:
     def steps_after(self, seq: int, limit: int = 1000) -> tuple[list[dict[str, Any]], int, int]:
         return self._step_log.after(seq, limit)
 
-    def add_step_listener(self, fn: Callable[[StepRecord], None]) -> None:
-        self._listeners.append(fn)
-
     # -- plumbing --------------------------------------------------------------------------
 
-    def _check_alive(self) -> None:
-        if self._dead is not None:
-            raise EngineDeadError(f"the engine core died: {self._dead}")
-        if not self.is_alive():
-            raise EngineDeadError("the engine core is not running")
+    def _dead_reason(self) -> str | None:
+        return None if self._dead is None else f"the engine core died: {self._dead}"
+
+    def _send_add(
+        self, request_id: str, prompt_token_ids: list[int], params: SamplingParams,
+        priority: str, arrival_time: float,
+    ) -> None:  # fmt: skip
+        self._post((wire.ADD, request_id, prompt_token_ids, params, priority, arrival_time))
+
+    def _send_abort(self, request_id: str) -> None:
+        self._post((wire.ABORT, request_id))
+
+    def _send_abort_all(self) -> None:
+        self._post((wire.ABORT_ALL,))
+
+    def _send_drain_wait(self) -> None:
+        self._post((wire.DRAIN_WAIT,))
 
     async def _call(self, kind: str, argument: Any) -> Any:
         self._check_alive()
@@ -292,11 +248,7 @@ class EngineCoreClient:
             self._streams.publish(wire.unpack_outputs(packed))
             if record is not None:
                 self._step_log.append(record)
-                for listener in self._listeners:
-                    try:
-                        listener(record)
-                    except Exception:  # a broken observer must not stop serving
-                        logger.exception("step listener failed")
+                self._notify_listeners(record)
         elif kind == wire.STATS:
             self._snapshot = message[1]
         elif kind == wire.REJECT:
