@@ -1,27 +1,27 @@
 """EngineCoreClient: the API process's handle on the engine core process, with AsyncEngine's
 interface (generate, abort, embed, drain, get/update_batching, stats, steps_after, listeners).
 
-It owns the child process and both ends of the pipe in this process: a sender thread (so the
-event loop never blocks on a full pipe while the core is inside a long step) and a receiver
-thread that turns each STEP message into queue puts for the consumers (RequestStreams), feeds
-the step listeners and the local step-record ring behind /admin/steps, and keeps the latest
+It owns the child process and its socket (a CoreChannel the event loop itself reads and writes:
+no helper threads). Each STEP message becomes queue puts for the consumers (RequestStreams),
+feeds the step listeners and the local step-record ring behind /admin/steps, and refreshes the
 statistics snapshot that stats() and memory_stats() return without asking the core. When the
-core dies (pipe end-of-file, or a DEAD message), every request in flight gets EngineDeadError,
+core dies (end-of-file, or a DEAD message), every request in flight gets EngineDeadError,
 is_alive() turns false at once, and the death handlers run (the server exits non-zero).
 """
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import itertools
 import logging
 import multiprocessing
-import threading
-from collections import deque
+import socket
 from typing import Any
 
 from reference_server.config import EngineConfig
 from reference_server.engine_core import wire
+from reference_server.engine_core.channel import CoreChannel
 from reference_server.errors import ConfigError, EngineDeadError
 from reference_server.front_end import EngineFrontEnd
 from reference_server.outputs import EngineStats
@@ -45,18 +45,14 @@ class EngineCoreClient(EngineFrontEnd):
         self._tokenizer = ByteTokenizer()
         self._step_log = StepLog(max_records=config.step_log_size)
         self._process: multiprocessing.process.BaseProcess | None = None
-        self._conn: Any = None
-        self._outbox: deque[bytes] = deque()
-        self._outbox_cond = threading.Condition()
+        self._channel: CoreChannel | None = None
         self._call_ids = itertools.count(1)
         self._calls: dict[int, Any] = {}
-        self._calls_lock = threading.Lock()
         self._batching: dict[str, Any] = {}
         self._device = config.device
         self._snapshot: dict[str, Any] = {"stats": EngineStats(), "memory": {}, "num_unfinished": 0}
         self._dead: str | None = None
         self._closing = False
-        self._threads: list[threading.Thread] = []
 
     # -- lifecycle -------------------------------------------------------------------------
 
@@ -70,62 +66,72 @@ class EngineCoreClient(EngineFrontEnd):
         # spawn, not fork: the API process has threads (and maybe CUDA) that a fork would copy
         # in an undefined state.
         context = multiprocessing.get_context("spawn")
-        parent_end, child_end = context.Pipe(duplex=True)
+        parent_sock, child_sock = socket.socketpair()
         process = context.Process(
             target=run_engine_core,
-            args=(self._config, child_end, self._log_level),
+            args=(self._config, child_sock, self._log_level),
             name="engine-core",
             daemon=True,
         )
         process.start()
-        child_end.close()  # else the pipe never reaches end-of-file when the core dies
-        self._process, self._conn = process, parent_end
-        if not parent_end.poll(timeout_seconds):
-            self._kill()
-            raise EngineDeadError(f"the engine core did not start within {timeout_seconds} s")
+        child_sock.close()  # else the socket never reaches end-of-file when the core dies
+        self._process = process
+        self._channel = channel = CoreChannel(parent_sock)
         try:
-            message = wire.decode(parent_end.recv_bytes())
+            message = self._await_ready(timeout_seconds)
+        except BaseException:
+            channel.close()
+            raise
+        info = message[1]
+        self._device = info["device"]
+        self._batching = info["batching"]
+        self._snapshot = info["snapshot"]
+
+    def _await_ready(self, timeout_seconds: float | None) -> tuple[Any, ...]:
+        process, channel = self._process, self._channel
+        assert process is not None and channel is not None
+        try:
+            data = channel.read_frame_blocking(timeout_seconds)
         except (EOFError, OSError):
             process.join(_EXIT_WAIT_SECONDS)
             raise EngineDeadError(
                 f"the engine core exited during start-up (exit code {process.exitcode})"
             ) from None
+        if data is None:
+            self._kill()
+            raise EngineDeadError(f"the engine core did not start within {timeout_seconds} s")
+        message = wire.decode(data)
         if message[0] != wire.READY:
             process.join(_EXIT_WAIT_SECONDS)
             if message[0] == wire.DEAD and isinstance(message[2], ConfigError):
                 raise message[2]
             raise EngineDeadError(str(message[1]) if len(message) > 1 else repr(message))
-        info = message[1]
-        self._device = info["device"]
-        self._batching = info["batching"]
-        self._snapshot = info["snapshot"]
-        for target, name in ((self._receive_loop, "engine-core-rx"),
-                             (self._send_loop, "engine-core-tx")):  # fmt: skip
-            thread = threading.Thread(target=target, name=name, daemon=True)
-            thread.start()
-            self._threads.append(thread)
+        return message
 
     @property
     def pid(self) -> int | None:
         return None if self._process is None else self._process.pid
 
     def is_alive(self) -> bool:
+        self._attach()  # /health is often the first thing a fresh loop calls
         return self._process is not None and self._dead is None and self._process.is_alive()
 
     def shutdown(self, timeout_seconds: float = 10.0) -> None:
         if self._process is None or self._closing:
             return
         self._closing = True
+        channel = self._channel
+        assert channel is not None
         if self._dead is None:
-            self._post((wire.SHUTDOWN,))
+            with contextlib.suppress(OSError):
+                channel.send(wire.encode((wire.SHUTDOWN,)))
+                channel.flush_blocking()  # the join below would keep the loop from writing it
         self._process.join(min(timeout_seconds, _EXIT_WAIT_SECONDS))
         if self._process.is_alive():
             logger.warning("the engine core did not exit after shutdown; terminating it")
             self._kill()
-        with self._outbox_cond:
-            self._outbox_cond.notify_all()
         self._streams.fail_all(EngineDeadError("the engine was shut down"))
-        self._conn.close()
+        channel.close()
 
     @property
     def tokenizer(self) -> ByteTokenizer:
@@ -161,6 +167,7 @@ class EngineCoreClient(EngineFrontEnd):
     def stats(self) -> EngineStats:
         """The core's latest snapshot (at most SNAPSHOT_INTERVAL_SECONDS old while it steps,
         exact once it is idle): /metrics never waits for a step."""
+        self._attach()
         stats: EngineStats = self._snapshot["stats"]
         return stats
 
@@ -191,53 +198,46 @@ class EngineCoreClient(EngineFrontEnd):
         self._check_alive()
         future = self._streams.new_future()
         call_id = next(self._call_ids)
-        with self._calls_lock:
-            self._calls[call_id] = future
+        self._calls[call_id] = future
         self._post((kind, call_id, argument))
         try:
             return await asyncio.wrap_future(future)
         finally:
-            with self._calls_lock:
-                self._calls.pop(call_id, None)
+            self._calls.pop(call_id, None)
 
     def _post(self, message: tuple[Any, ...]) -> None:
-        data = wire.encode(message)
-        with self._outbox_cond:
-            self._outbox.append(data)
-            self._outbox_cond.notify()
+        self._attach()
+        # OSError: the core is gone; the reader reports it and _check_alive refuses new work.
+        assert self._channel is not None
+        with contextlib.suppress(OSError):
+            self._channel.send(wire.encode(message))
 
-    def _send_loop(self) -> None:
+    def _attach(self) -> None:
+        """Have the running event loop (if any) read the core's messages."""
+        if self._channel is None or self._closing:
+            return
         try:
-            while True:
-                with self._outbox_cond:
-                    while not self._outbox and self._dead is None and not self._closing:
-                        self._outbox_cond.wait()
-                    if self._dead is not None or (self._closing and not self._outbox):
-                        return
-                    batch = list(self._outbox)
-                    self._outbox.clear()
-                for data in batch:
-                    self._conn.send_bytes(data)
-        except (OSError, ValueError):
-            pass  # the pipe is closed: the receiver reports the death
+            asyncio.get_running_loop()
+        except RuntimeError:
+            return
+        self._channel.attach(self._on_frame, self._on_eof)
 
-    def _receive_loop(self) -> None:
-        reason = "the engine core exited"
+    def _on_frame(self, data: bytes) -> None:
+        if self._dead is not None:
+            return
         try:
-            while True:
-                message = wire.decode(self._conn.recv_bytes())
-                if message[0] == wire.DEAD:
-                    reason = str(message[1])
-                    break
-                self._dispatch(message)
-        except (EOFError, OSError):
-            pass
+            message = wire.decode(data)
+            if message[0] == wire.DEAD:
+                self._died(str(message[1]))
+                return
+            self._dispatch(message)
         except Exception as exc:  # a message this process cannot read: fail closed
             logger.exception("engine core message could not be read")
-            reason = f"unreadable engine core message: {exc!r}"
-        if self._closing:
-            return
-        self._died(reason)
+            self._died(f"unreadable engine core message: {exc!r}")
+
+    def _on_eof(self) -> None:
+        if not self._closing and self._dead is None:
+            self._died("the engine core exited")
 
     def _dispatch(self, message: tuple[Any, ...]) -> None:
         kind = message[0]
@@ -255,8 +255,7 @@ class EngineCoreClient(EngineFrontEnd):
             self._streams.deliver(message[1], message[2])
         elif kind == wire.REPLY:
             _, call_id, result, error = message
-            with self._calls_lock:
-                future = self._calls.get(call_id)
+            future = self._calls.get(call_id)
             if future is not None and not future.done():
                 if error is not None:
                     future.set_exception(error)
@@ -271,7 +270,8 @@ class EngineCoreClient(EngineFrontEnd):
         self._dead = reason  # first: /health turns 503 now, not after the join below
         process = self._process
         if process is not None:
-            process.join(1.0)
+            # Short: this runs on the event loop. After a kill the process is gone already.
+            process.join(0.5)
             code = process.exitcode
             if code is not None and code < 0:
                 reason = f"{reason} (killed by signal {-code})"
@@ -279,8 +279,6 @@ class EngineCoreClient(EngineFrontEnd):
                 reason = f"{reason} (exit code {code})"
             self._dead = reason
         logger.error("engine core died: %s", reason)
-        with self._outbox_cond:
-            self._outbox_cond.notify_all()
         error = EngineDeadError(f"the engine core died: {reason}")
         self._streams.fail_all(error, died=error)
 

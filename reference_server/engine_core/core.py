@@ -19,6 +19,7 @@ import contextlib
 import gc
 import logging
 import signal
+import socket
 import sys
 import time
 import traceback
@@ -40,8 +41,10 @@ logger = logging.getLogger("reference_server.engine_core")
 _IDLE_GUARD_SECONDS = 0.005
 
 
-def run_engine_core(config: EngineConfig, conn: Connection, log_level: str) -> None:
-    """The child process's entry point (multiprocessing target)."""
+def run_engine_core(config: EngineConfig, sock: socket.socket, log_level: str) -> None:
+    """The child process's entry point (multiprocessing target). `sock` is the core's end of
+    the socket pair; a Connection over it speaks the API process's framing (channel.py)."""
+    conn = Connection(sock.detach())
     signal.signal(signal.SIGINT, signal.SIG_IGN)
     signal.signal(signal.SIGTERM, signal.SIG_IGN)
     logging.basicConfig(

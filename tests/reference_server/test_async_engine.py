@@ -230,13 +230,13 @@ def test_crashed_loop_is_reported_fails_every_stream_and_calls_the_death_handler
     assert len(deaths) == 1 and "runner returned 0 tokens" in str(deaths[0])
 
 
-def test_a_large_embedding_runs_in_budget_sized_slices_between_generation_steps():
+def test_a_large_embedding_runs_in_budget_sized_slices_and_answers_in_order():
     runner = FakeRunner()
     slices = []
     original_embed = runner.embed
 
     def recording_embed(token_id_lists):
-        slices.append((len(runner.calls), sum(len(ids) for ids in token_id_lists)))
+        slices.append(sum(len(ids) for ids in token_id_lists))
         return original_embed(token_id_lists)
 
     runner.embed = recording_embed  # type: ignore[method-assign]
@@ -246,17 +246,29 @@ def test_a_large_embedding_runs_in_budget_sized_slices_between_generation_steps(
             inputs = [[1 + i % 200] * 30 for i in range(40)]  # 1,200 tokens: 20 slices of 2
             embedding = asyncio.ensure_future(engine.embed(inputs))
             outputs = await _collect(engine, "a", _params(5))
-            vectors = await embedding
-            return inputs, outputs, vectors
+            return inputs, outputs, await embedding
 
     inputs, outputs, vectors = asyncio.run(main())
     assert outputs[-1].finish_reason == "length"
     assert vectors == original_embed(inputs)  # in order, each input's own vector
-    assert all(tokens <= 64 for _, tokens in slices)
-    assert len(slices) == 20
-    # Interleaved: generation steps ran between the slices, not after all of them.
-    steps_seen = [steps for steps, _ in slices]
-    assert steps_seen[0] < steps_seen[-1]
+    assert slices == [60] * 20
+
+
+def test_embedding_slices_alternate_with_generation_steps():
+    # The sync engine, so the interleaving does not depend on thread timing.
+    engine = make_engine(max_num_batched_tokens=64)
+    engine.add_embedding(1, [[5] * 30 for _ in range(10)])  # 5 slices
+    engine.add_request("a", PROMPT, _params(4))
+    trace = []
+    while engine.has_unfinished():
+        before = engine.runner.embed_calls
+        result = engine.step()
+        trace.append((result.record is not None, engine.runner.embed_calls - before))
+        if result.embeddings:
+            assert result.embeddings[0][0] == 1 and len(result.embeddings[0][1]) == 10
+    assert all(slices <= 1 for _, slices in trace)  # at most one slice per step
+    assert trace[:4] == [(True, 1)] * 4  # generation and embedding share the first steps
+    assert sum(slices for _, slices in trace) == 5
 
 
 def test_idle_loop_sleeps_instead_of_polling():
