@@ -175,6 +175,10 @@ def _put_all(items: list[tuple[asyncio.Queue[Any], Any]]) -> None:
 
 
 def _call_soon(loop: asyncio.AbstractEventLoop, fn: Callable[..., Any], *args: Any) -> None:
+    if asyncio._get_running_loop() is loop:
+        # The producer runs on the consumer's loop (the engine core client): no hand-off.
+        fn(*args)
+        return
     # RuntimeError: the consumer's loop has closed; nobody is listening any more.
     with contextlib.suppress(RuntimeError):
         loop.call_soon_threadsafe(fn, *args)
