@@ -7,8 +7,9 @@ load generator's own close-time writer (`loadgen.parquet.write_parquet`, timed),
 from wait4) and prints a table; writes benchmarks/results/gate.json. Rows, side by side in one run:
 
 - `parquet`: the gate reads requests.parquet (the run closed cleanly);
-- `jsonl only`: no Parquet (a crashed run): the gate parses requests.jsonl and writes the Parquet
-  as it goes (removed again before every measurement);
+- `jsonl only`: no Parquet (a crashed run): the gate parses requests.jsonl and steps.jsonl and
+  writes requests.parquet and steps.parquet as it goes (removed again before every measurement);
+  the `parquet` row then reads the steps.parquet the last of these checks wrote;
 - with `--old REV` also the code of git revision REV (before issue 14: `requests.columns/`, the
   hand-written mirror, and its JSONL parser), checked out with `git worktree` in a temporary
   directory and run there on the same files: `old mirror` (the mirror built by REV's own
@@ -351,10 +352,18 @@ def main() -> int:
             series.append(_series(name, cold, [one() for _ in range(repeat)]))
             print(f"measured {name}: {series[-1]['best_total_s']:.2f} s", flush=True)
 
+        steps_parquet = requests_file.with_name("steps.parquet")
+
+        def drop_step_parquet() -> None:
+            # A JSONL-only run has neither copy; the gate writes both as it reads (so the
+            # Parquet rows after these read a steps.parquet the gate wrote, as after a first check).
+            parquet.unlink(missing_ok=True)
+            steps_parquet.unlink(missing_ok=True)
+
         aside = parquet.with_name("requests.parquet.aside")
         parquet.rename(aside)
         try:
-            checks("jsonl only", args.jsonl_repeat, ROOT, before=lambda: parquet.unlink(True))
+            checks("jsonl only", args.jsonl_repeat, ROOT, before=drop_step_parquet)
         finally:
             parquet.unlink(missing_ok=True)
             aside.rename(parquet)

@@ -2,8 +2,11 @@
 
 `record_schema` names the request record's fields and requests.parquet's schema and stamp,
 `jsonl_records` parses requests.jsonl into Arrow tables, `request_parquet` decides whether a
-requests.parquet may stand for the JSONL and writes one, `requests` turns either into numpy columns
-(`read_requests`), `gaps` turns chunk times into per-token gaps, `abort` reads and writes
-abort.json, `run` puts a run together (`load_run` -> RunData / ProfileData, steps, scrapes,
-sampler records). Formats only: no metric formulas, no gates.
+requests.parquet may stand for the JSONL, reads it a slice at a time and writes one, `requests`
+turns either into numpy columns (`read_requests`), `gaps` turns chunk times into per-token gaps,
+`arrow_views` and `ahead` are the readers' numpy views of Arrow buffers and their read-ahead
+thread, `step_records` reads steps.jsonl (or its steps.parquet copy) into columns,
+`observer_records` the other observer files into records, `abort` reads and writes abort.json,
+`run` puts a run together (`load_run` -> RunData / ProfileData). Formats only: no metric
+formulas, no gates.
 """

@@ -19,6 +19,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 import orjson
 
+from gate.rundir.ahead import read_ahead
 from gate.rundir.record_schema import (
     CATEGORICAL_FIELDS,
     FLOAT_FIELDS,
@@ -68,8 +69,14 @@ class JsonlRecords:
             raise RecordsError(f"{self.path}: cannot read: {exc}") from None
         with handle:
             blocks = self._prefix(handle) if self.max_records is not None else self._blocks(handle)
-            for data, end, offset in blocks:
-                yield self._table(data, end, offset)
+            parsed = ((self._parse(data, end), data, end, offset) for data, end, offset in blocks)
+            # pyarrow parses the next block (without the GIL) on its own thread while this one
+            # is checked here and turned into columns and Parquet by the caller.
+            for table, data, end, offset in read_ahead(parsed, name="jsonl-parse"):
+                if table is not None and _proven_complete(table, data, end):
+                    yield _with_defaults(table)
+                else:
+                    yield self._line_by_line(data[:end], offset)
 
     def _blocks(self, handle: Any) -> Iterator[tuple[bytes, int, int]]:
         """(data, end, offset): data[:end] is whole lines starting at byte `offset`."""
@@ -125,21 +132,19 @@ class JsonlRecords:
             return False
         return True
 
-    def _table(self, data: bytes, end: int, offset: int) -> pa.Table:
+    def _parse(self, data: bytes, end: int) -> pa.Table | None:
+        """pyarrow's table of data[:end], or None where it cannot take the block."""
         import pyarrow as pa
         import pyarrow.json as pj
 
         try:
-            table = pj.read_json(
+            return pj.read_json(
                 pa.py_buffer(memoryview(data)[:end]),
                 read_options=self._read_options,
                 parse_options=self._parse_options,
             )
         except pa.ArrowException:
-            table = None
-        if table is not None and _proven_complete(table, data, end):
-            return _with_defaults(table)
-        return self._line_by_line(data[:end], offset)
+            return None
 
     def _line_by_line(self, data: bytes, offset: int) -> pa.Table:
         import pyarrow as pa

@@ -39,6 +39,7 @@ __all__ = [
     "jsonl_tail",
     "parquet_path",
     "requests_schema",
+    "stamp_matches",
     "write_options",
 ]
 
@@ -153,13 +154,33 @@ def jsonl_tail(jsonl_path: Path) -> tuple[int, bytes]:
         return size, handle.read()
 
 
-def jsonl_stamp(jsonl_bytes: int, tail: bytes, *, partial_last_line: bool) -> dict[bytes, bytes]:
+def jsonl_stamp(
+    jsonl_bytes: int,
+    tail: bytes,
+    *,
+    partial_last_line: bool,
+    schema: str = SCHEMA_NAME,
+    version: int = SCHEMA_VERSION,
+) -> dict[bytes, bytes]:
     """The metadata saying which JSONL bytes a Parquet file holds (docs/records.md): the bytes
-    read (`jsonl_bytes`, a skipped partial last line included) and the last `TAIL_BYTES` of them."""
+    read (`jsonl_bytes`, a skipped partial last line included) and the last `TAIL_BYTES` of them;
+    `schema` / `version` name the file's kind (requests.parquet's by default)."""
     return {
-        META_SCHEMA: SCHEMA_NAME.encode(),
-        META_SCHEMA_VERSION: str(SCHEMA_VERSION).encode(),
+        META_SCHEMA: schema.encode(),
+        META_SCHEMA_VERSION: str(version).encode(),
         META_JSONL_BYTES: str(jsonl_bytes).encode(),
         META_JSONL_TAIL_SHA256: hashlib.sha256(tail[-TAIL_BYTES:]).hexdigest().encode(),
         META_PARTIAL_LAST_LINE: b"true" if partial_last_line else b"false",
     }
+
+
+def stamp_matches(meta: dict[bytes, bytes], jsonl: Path) -> bool:
+    """Whether a Parquet file's stamp (`jsonl_stamp`) describes `jsonl` as it is now."""
+    try:
+        size, tail = jsonl_tail(jsonl)
+    except OSError:
+        return False
+    digest = hashlib.sha256(tail[-TAIL_BYTES:]).hexdigest().encode()
+    return meta.get(META_JSONL_BYTES) == str(size).encode() and (
+        meta.get(META_JSONL_TAIL_SHA256) == digest
+    )

@@ -18,6 +18,7 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
+from gate.rundir.arrow_views import float_values, list_offsets, list_values, primitive_values
 from gate.rundir.gaps import itl_gaps
 from gate.rundir.jsonl_records import JsonlRecords
 from gate.rundir.record_schema import (
@@ -46,8 +47,9 @@ class Categorical:
         """Boolean mask of rows whose value is in `allowed` (None: no restriction)."""
         if allowed is None:
             return None
-        wanted = [i for i, name in enumerate(self.names) if name in allowed]
-        return np.isin(self.codes, wanted)
+        # A table lookup per row: np.isin sorts and searches instead.
+        table = np.array([name in allowed for name in self.names] or [False], dtype=bool)
+        return table[self.codes]
 
     def equals(self, name: str) -> np.ndarray:
         if name not in self.names:
@@ -114,10 +116,17 @@ def _from_parquet(
 ) -> RequestColumns | None:
     import pyarrow as pa
 
-    builder = _ColumnBuilder()
     try:
-        for batch in trusted.batches():
-            builder.add(batch)
+        builder = _ColumnBuilder(gap_slots=trusted.num_chunk_slots())
+        ones = trusted.one_token_elements()
+        if ones is not None:
+            for table in trusted.tables(chunk_tokens=False):
+                builder.add(table, one_token_each=True)
+        if ones is None or ones != builder.num_chunk_times:
+            # A server that sends several tokens a chunk (or a file without statistics).
+            builder = _ColumnBuilder()
+            for table in trusted.tables(chunk_tokens=True):
+                builder.add(table)
     except (pa.ArrowException, OSError, ValueError) as exc:
         # A file that opened but whose pages do not decode (truncated, bit rot).
         problem = str(exc).strip().splitlines()[0][:200] if str(exc).strip() else repr(exc)
@@ -125,6 +134,9 @@ def _from_parquet(
             raise RecordsError(f"{parquet_path(path)}: unreadable: {problem}") from None
         notes.append(f"{parquet_path(path).name}: unreadable ({problem}); read {path.name} instead")
         return None
+    # Arrow's allocator keeps the decoded slices' memory for reuse unless told; the gates'
+    # selections would come on top of it.
+    pa.default_memory_pool().release_unused()
     if not has_jsonl:
         notes.append(f"{path.name} missing: read {parquet_path(path).name} alone")
     return builder.build(path, partial_last_line=trusted.partial_last_line, notes=notes)
@@ -155,7 +167,7 @@ def _from_jsonl(path: Path, max_records: int | None, notes: list[str]) -> Reques
 
 
 class _Codes:
-    """Codes of one categorical field, accumulated over tables whose dictionaries differ."""
+    """Codes of one categorical field, accumulated over arrays whose dictionaries differ."""
 
     def __init__(self) -> None:
         self.table: dict[str, int] = {}
@@ -171,7 +183,7 @@ class _Codes:
             [table.setdefault(str(name), len(table)) for name in array.dictionary.to_pylist()],
             dtype=np.int16,
         )
-        indices = _numpy(array.indices)
+        indices = primitive_values(array.indices)
         self.parts.append(remap[indices] if len(remap) else np.zeros(0, dtype=np.int16))
 
     def build(self) -> Categorical:
@@ -180,36 +192,69 @@ class _Codes:
 
 
 class _ColumnBuilder:
-    """The gate's columns of tables (or record batches) of requests.parquet's schema."""
+    """The gate's columns of tables of requests.parquet's schema, chunk by chunk (a Parquet
+    table has one chunk per row group): numpy views of each chunk's buffers, joined once."""
 
-    def __init__(self) -> None:
+    def __init__(self, *, gap_slots: int | None = None) -> None:
         self.floats: dict[str, list[np.ndarray]] = {name: [] for name in FLOAT_FIELDS}
         self.codes = {name: _Codes() for name in CATEGORICAL_FIELDS}
         self.gaps: list[np.ndarray] = []
         self.counts: list[np.ndarray] = []
+        self.num_chunk_times = 0
+        # One-token gaps go straight into one array of at most `gap_slots` (untouched pages of
+        # np.empty cost nothing): joining per-slice gaps copied the largest array of a run.
+        self._gap_buffer = None if gap_slots is None else np.empty(gap_slots, dtype=np.float32)
+        self._gaps_filled = 0
 
-    def add(self, table: pa.Table | pa.RecordBatch) -> None:
+    def add(self, table: pa.Table, *, one_token_each: bool = False) -> None:
+        """Add a table's rows; `one_token_each`: every chunk carries one token (the table then
+        need not have `chunk_tokens`)."""
         import pyarrow as pa
-        import pyarrow.compute as pc
 
         for name, parts in self.floats.items():
-            column = _array(table, name).cast(pa.float64())
-            values = _numpy(column)
-            if column.null_count:
-                bits = np.frombuffer(column.buffers()[0], dtype=np.uint8)
-                valid = np.unpackbits(bits, bitorder="little")[column.offset :][: len(column)]
-                values = np.where(valid, values, np.nan)
-            parts.append(values)
+            for column in table.column(name).chunks:
+                parts.append(float_values(column.cast(pa.float64())))
         for name, codes in self.codes.items():
-            codes.add(_array(table, name))
-        times, tokens = _array(table, "chunk_times"), _array(table, "chunk_tokens")
-        num_chunks = _numpy(pc.list_value_length(times)).astype(np.int64)
-        gaps, counts = _itl(_numpy(times.flatten()), _numpy(tokens.flatten()), num_chunks)
+            for column in table.column(name).chunks:
+                codes.add(column)
+        times = table.column("chunk_times")
+        if one_token_each:
+            for chunk in times.chunks:
+                values = list_values(chunk)
+                self.num_chunk_times += len(values)
+                num_chunks = np.diff(list_offsets(chunk)).astype(np.int64)
+                size = int(np.maximum(num_chunks - 1, 0).sum())
+                out = self._gap_slice(size)
+                gaps, counts = itl_gaps(values, None, num_chunks, out=out)
+                if out is None:
+                    self._flush_gap_buffer()
+                    self.gaps.append(gaps)
+                self.counts.append(counts)
+            return
+        times, tokens = times.combine_chunks(), table.column("chunk_tokens").combine_chunks()
+        num_chunks = np.diff(list_offsets(times)).astype(np.int64)
+        gaps, counts = _itl(list_values(times), list_values(tokens), num_chunks)
         self.gaps.append(gaps)
         self.counts.append(counts)
 
+    def _flush_gap_buffer(self) -> None:
+        if self._gap_buffer is not None:
+            self.gaps.append(self._gap_buffer[: self._gaps_filled])
+            self._gap_buffer = None
+
+    def _gap_slice(self, size: int) -> np.ndarray | None:
+        buffer, start = self._gap_buffer, self._gaps_filled
+        if buffer is None or start + size > len(buffer):
+            return None  # then itl_gaps allocates, and the gaps are joined at the end
+        self._gaps_filled += size
+        return buffer[start : start + size]
+
     def build(self, path: Path, *, partial_last_line: bool, notes: list[str]) -> RequestColumns:
+        self._flush_gap_buffer()
+
         def joined(parts: list[np.ndarray], dtype: Any) -> np.ndarray:
+            if len(parts) == 1:
+                return parts[0]
             return np.concatenate(parts) if parts else np.zeros(0, dtype=dtype)
 
         return RequestColumns(
@@ -221,27 +266,6 @@ class _ColumnBuilder:
             partial_last_line=partial_last_line,
             notes=tuple(notes),
         )
-
-
-_NUMPY_TYPES = {"double": np.float64, "int8": np.int8, "int16": np.int16, "int32": np.int32,
-                "int64": np.int64}  # fmt: skip
-
-
-def _numpy(array: pa.Array) -> np.ndarray:
-    # A zero-copy view of a primitive array without nulls, from its data buffer: pyarrow's own
-    # `to_numpy` and `fill_null` import pandas when it is installed (0.2 s of every check).
-    dtype = np.dtype(_NUMPY_TYPES[str(array.type)])
-    data = array.buffers()[1]
-    if data is None:
-        return np.zeros(0, dtype=dtype)
-    return np.frombuffer(data, dtype=dtype, count=array.offset + len(array))[array.offset :]
-
-
-def _array(table: pa.Table | pa.RecordBatch, name: str) -> pa.Array:
-    import pyarrow as pa
-
-    column = table.column(name)
-    return column.combine_chunks() if isinstance(column, pa.ChunkedArray) else column
 
 
 def _itl(

@@ -12,22 +12,21 @@ from __future__ import annotations
 
 import gc
 from dataclasses import dataclass, field
-from operator import itemgetter
 from pathlib import Path
 from typing import Any
 
-import numpy as np
 import orjson
 
-from gate.errors import BatchgateError, ExitCode
 from gate.rundir.abort import (
     SNAPSHOT_FILES,
     AbortRecord,
     AbortRecordError,
     read_abort,
 )
+from gate.rundir.observer_records import RunDirError, read_jsonl
 from gate.rundir.record_schema import parquet_path
 from gate.rundir.requests import RecordsError, RequestColumns, read_requests
+from gate.rundir.step_records import StepColumns, read_steps
 
 __all__ = [
     "ProfileData",
@@ -42,37 +41,6 @@ __all__ = [
 
 # A profile's request records: the JSONL log, or the Parquet file of them (a run shared as that).
 _REQUEST_FILES = ("requests.jsonl", "requests.parquet")
-_STEP_FIELDS = (
-    "t",
-    "duration_seconds",
-    "num_prefill_tokens",
-    "num_recomputed_tokens",
-    "num_preemptions",
-    "num_kv_blocks_used",
-    "num_kv_blocks_total",
-)
-
-
-class RunDirError(BatchgateError, ValueError):
-    """A run directory that cannot be read at all (the message says which file and why)."""
-
-    default_exit_code = ExitCode.NO_DATA
-
-
-@dataclass(frozen=True, kw_only=True)
-class StepColumns:
-    """steps.jsonl as arrays (`t` is wall-clock seconds); per-class gauges keyed by class."""
-
-    t: np.ndarray
-    duration_seconds: np.ndarray
-    num_prefill_tokens: np.ndarray
-    num_recomputed_tokens: np.ndarray
-    num_preemptions: np.ndarray
-    num_kv_blocks_used: np.ndarray
-    num_kv_blocks_total: np.ndarray
-    num_waiting: dict[str, np.ndarray]
-    num_running: dict[str, np.ndarray]
-    missed_records: int = 0
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -124,80 +92,6 @@ def _read_json(path: Path) -> dict[str, Any] | None:
     return data
 
 
-def _read_jsonl(
-    path: Path, notes: list[str], limit: int | None = None
-) -> list[dict[str, Any]] | None:
-    if not path.exists():
-        return None
-    raw = path.read_bytes().split(b"\n")
-    if limit is not None:
-        raw = raw[:limit]  # the first `limit` complete lines; a later reader's exact view
-    lines = [line for line in raw if line.strip()]
-    try:
-        records = list(map(orjson.loads, lines))
-    except orjson.JSONDecodeError:
-        records = []
-        for number, line in enumerate(lines, start=1):
-            try:
-                records.append(orjson.loads(line))
-            except orjson.JSONDecodeError:
-                if number == len(lines) and not path.read_bytes().endswith(b"\n"):
-                    notes.append(f"{path.name}: skipped a partial last line")  # writer stopped
-                    continue
-                raise RunDirError(f"{path}: record {number}: not a JSON object") from None
-    if records and set(map(type, records)) != {dict}:
-        raise RunDirError(f"{path}: every line must be a JSON object")
-    return records
-
-
-_get_step_fields = itemgetter(*_STEP_FIELDS)
-
-
-def _column(rows: list[dict[str, Any]], key: str, *, missing: float = np.nan) -> np.ndarray:
-    # itemgetter in C when every row has the key (the usual case), .get otherwise.
-    try:
-        values = list(map(itemgetter(key), rows))
-    except KeyError:
-        values = [r.get(key, missing) for r in rows]
-    return np.array(values, dtype=np.float64)
-
-
-def _steps(path: Path, notes: list[str], limit: int | None = None) -> StepColumns | None:
-    records = _read_jsonl(path, notes, limit)
-    if records is None:
-        return None
-    try:
-        try:
-            rows = list(map(_get_step_fields, records))
-        except KeyError:
-            rows = [tuple(r.get(k) for k in _STEP_FIELDS) for r in records]
-        table = np.array(rows, dtype=np.float64).reshape(len(records), len(_STEP_FIELDS))
-    except (TypeError, ValueError) as exc:
-        raise RunDirError(f"{path}: step fields must be numbers: {exc}") from None
-    seq = _column(records, "seq")
-    gaps = np.diff(seq[~np.isnan(seq)])
-    missed = int(np.sum(gaps[gaps > 1] - 1)) if len(gaps) else 0
-    if missed:
-        notes.append(f"steps.jsonl: {missed} step records missed (server ring buffer overflowed)")
-    per_class: dict[str, dict[str, np.ndarray]] = {}
-    for key in ("num_waiting", "num_running"):
-        try:
-            gauges = list(map(itemgetter(key), records))
-        except KeyError:
-            gauges = [r.get(key) for r in records]
-        if not all(gauges):
-            gauges = [g or {} for g in gauges]
-        classes = sorted(set().union(*gauges))
-        per_class[key] = {c: _column(gauges, c, missing=0.0) for c in classes}
-    columns = {name: table[:, i] for i, name in enumerate(_STEP_FIELDS)}
-    return StepColumns(
-        **columns,
-        num_waiting=per_class["num_waiting"],
-        num_running=per_class["num_running"],
-        missed_records=missed,
-    )
-
-
 def _profile(name: str, directory: Path) -> ProfileData:
     notes: list[str] = []
     load = _read_json(directory / "load.json")
@@ -215,10 +109,10 @@ def _profile(name: str, directory: Path) -> ProfileData:
         notes.append("requests.jsonl missing")
     if load is None:
         notes.append("load.json missing")
-    steps = _steps(directory / "steps.jsonl", notes)
-    scrapes = _read_jsonl(directory / "scrapes.jsonl", notes)
-    gpu = _read_jsonl(directory / "gpu.jsonl", notes)
-    job_events = _read_jsonl(directory / "batch_job.jsonl", notes)
+    steps = read_steps(directory / "steps.jsonl", notes)
+    scrapes = read_jsonl(directory / "scrapes.jsonl", notes)
+    gpu = read_jsonl(directory / "gpu.jsonl", notes)
+    job_events = read_jsonl(directory / "batch_job.jsonl", notes)
     try:
         abort = read_abort(directory)
     except AbortRecordError as exc:
@@ -272,9 +166,9 @@ def profile_prefix(
         directory=str(directory),
         load=load,
         requests=requests,
-        steps=_steps(directory / "steps.jsonl", notes, lines["steps.jsonl"]),
-        scrapes=_read_jsonl(directory / "scrapes.jsonl", notes, lines["scrapes.jsonl"]),
-        gpu=_read_jsonl(directory / "gpu.jsonl", notes, lines["gpu.jsonl"]),
+        steps=read_steps(directory / "steps.jsonl", notes, lines["steps.jsonl"]),
+        scrapes=read_jsonl(directory / "scrapes.jsonl", notes, lines["scrapes.jsonl"]),
+        gpu=read_jsonl(directory / "gpu.jsonl", notes, lines["gpu.jsonl"]),
         notes=tuple(notes),
     )
 

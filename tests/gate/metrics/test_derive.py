@@ -211,3 +211,28 @@ def test_recovery_time_after_a_spike(tmp_path):
     assert recovery.value == pytest.approx(
         1.5
     )  # slow until 1004.0: the bin [1004.0, 1004.5) recovers
+
+
+def test_itl_of_a_run_of_requests_is_a_view_and_equals_the_selection():
+    from types import SimpleNamespace
+
+    from gate.metrics.client import _itl_in
+
+    rng = np.random.default_rng(3)
+    counts = rng.integers(0, 5, 50)
+    req = SimpleNamespace(
+        itl_seconds=rng.random(int(counts.sum())).astype(np.float32), itl_counts=counts
+    )
+    for mask in (
+        np.arange(50) >= 7,  # the window's cut: one run
+        (np.arange(50) >= 7) & (np.arange(50) < 31),
+        np.arange(50) % 3 == 0,  # a priority: scattered
+        np.zeros(50, dtype=bool),
+        np.ones(50, dtype=bool),
+    ):
+        expected = req.itl_seconds[np.repeat(mask, counts)]
+        got = _itl_in(req, mask)
+        np.testing.assert_array_equal(got, expected)
+        runs = np.count_nonzero(np.diff(np.concatenate(([0], mask.astype(int), [0]))) == 1)
+        if runs == 1:
+            assert np.shares_memory(got, req.itl_seconds)

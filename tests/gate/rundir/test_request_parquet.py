@@ -263,3 +263,59 @@ def test_many_blocks_read_like_one(tmp_path, monkeypatch, block_bytes):
     _assert_same(whole, blocks)
     assert blocks.partial_last_line
     assert [r["id"] for r in _rows(tmp_path / "requests.parquet")] == [r["id"] for r in records]
+
+
+def _one_token_records(n: int = 30) -> list[dict]:
+    records = request_records(n, status=["http_error" if i % 9 == 4 else "ok" for i in range(n)])
+    for record in records:
+        if record["status"] != "ok":
+            record["chunk_times"], record["chunk_tokens"] = [], []
+    return records
+
+
+def test_one_token_chunks_are_known_from_statistics_without_reading_the_counts(
+    tmp_path, monkeypatch
+):
+    from gate.rundir.request_parquet import TrustedParquet
+
+    path = tmp_path / "requests.jsonl"
+    write_jsonl(path, _one_token_records())
+    from_jsonl = read_requests(path)
+    asked = []
+    tables = TrustedParquet.tables
+
+    def spy(self, *, chunk_tokens=True):
+        asked.append(chunk_tokens)
+        return tables(self, chunk_tokens=chunk_tokens)
+
+    monkeypatch.setattr(TrustedParquet, "tables", spy)
+    _assert_same(read_requests(path), from_jsonl)
+    assert asked == [False]
+
+
+def test_without_statistics_or_with_larger_chunks_the_counts_are_read(tmp_path, monkeypatch):
+    from gate.rundir.request_parquet import TrustedParquet
+
+    for name, records, stats in (
+        ("no-stats", _one_token_records(), False),
+        ("multi", _records(), True),
+    ):
+        path = tmp_path / name / "requests.jsonl"
+        path.parent.mkdir()
+        write_jsonl(path, records)
+        from_jsonl = read_requests(path)
+        parquet = tmp_path / name / "requests.parquet"
+        if not stats:  # the same file written again without column statistics
+            table, meta = pq.read_table(parquet), pq.read_metadata(parquet).metadata
+            pq.write_table(table.replace_schema_metadata(meta), parquet, write_statistics=False)
+        asked = []
+        tables = TrustedParquet.tables
+
+        def spy(self, *, chunk_tokens=True, asked=asked, tables=tables):
+            asked.append(chunk_tokens)
+            return tables(self, chunk_tokens=chunk_tokens)
+
+        monkeypatch.setattr(TrustedParquet, "tables", spy)
+        _assert_same(read_requests(path), from_jsonl)
+        monkeypatch.undo()
+        assert asked == [True], name
