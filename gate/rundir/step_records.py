@@ -35,7 +35,7 @@ from gate.rundir.record_schema import (
 if TYPE_CHECKING:
     pass
 
-__all__ = ["STEPS_SCHEMA_NAME", "StepColumns", "read_steps", "steps_parquet_path"]
+__all__ = ["STEPS_SCHEMA_NAME", "STEP_FIELDS", "StepColumns", "read_steps", "steps_parquet_path"]
 
 STEPS_SCHEMA_NAME = "batchgate.steps"
 STEPS_SCHEMA_VERSION = 1

@@ -13,37 +13,17 @@ from typing import Any
 
 import numpy as np
 
+from gate.rundir.record_schema import CATEGORICAL_FIELDS, FLOAT_FIELDS
 from gate.rundir.requests import Categorical, RequestColumns
 from gate.rundir.run import ProfileData, StepColumns
+from gate.rundir.step_records import STEP_FIELDS
 
 __all__ = ["clip_profile"]
 
-_REQUEST_ARRAYS = (
-    "planned_at",
-    "sent_at",
-    "first_token_at",
-    "done_at",
-    "prompt_tokens",
-    "output_tokens",
-    "http_status",
-)
-_REQUEST_CATEGORICALS = (
-    "status",
-    "stage",
-    "priority",
-    "length_class",
-    "endpoint",
-    "chunk_tokens_source",
-)
-_STEP_ARRAYS = (
-    "t",
-    "duration_seconds",
-    "num_prefill_tokens",
-    "num_recomputed_tokens",
-    "num_preemptions",
-    "num_kv_blocks_used",
-    "num_kv_blocks_total",
-)
+# Every per-request and per-step column the run directory reader builds.
+_REQUEST_ARRAYS = FLOAT_FIELDS
+_REQUEST_CATEGORICALS = CATEGORICAL_FIELDS
+_STEP_ARRAYS = STEP_FIELDS
 
 
 def _requests(req: RequestColumns, mask: np.ndarray) -> RequestColumns:
