@@ -8,11 +8,13 @@ must not leave an orphaned core.
 
 from __future__ import annotations
 
+import contextlib
 import signal
 import subprocess
 import sys
 import threading
 import time
+from collections.abc import Iterator
 from pathlib import Path
 
 import httpx
@@ -37,12 +39,25 @@ def launch_command(workdir: Path) -> list[str]:
             "--port-file", str(workdir / "port"), "--log-level", "warning"]  # fmt: skip
 
 
-def _start(tmp_path: Path, *extra: str) -> ServerProcess:
-    return launch("core", [*COMMON_ARGS, *extra], tmp_path / "server").wait_ready()
+@contextlib.contextmanager
+def _running(tmp_path: Path, *extra: str) -> Iterator[ServerProcess]:
+    """A server that is stopped (killed if need be) whatever the test does: these tests kill
+    processes, and one left running would outlive the session."""
+    server = launch("core", [*COMMON_ARGS, *extra], tmp_path / "server")
+    try:
+        yield server.wait_ready()
+    finally:
+        if server.process.poll() is None:
+            server.process.kill()
+            server.process.wait(timeout=30)
 
 
 def test_a_killed_engine_core_fails_streams_turns_health_503_and_exits_non_zero(tmp_path):
-    server = _start(tmp_path)
+    with _running(tmp_path) as server:
+        _kill_the_core_mid_stream(server)
+
+
+def _kill_the_core_mid_stream(server: ServerProcess) -> None:
     core = _core_of(server)
     events: list = []
     started = threading.Event()
@@ -62,24 +77,21 @@ def test_a_killed_engine_core_fails_streams_turns_health_503_and_exits_non_zero(
 
     reader = threading.Thread(target=stream)
     reader.start()
-    try:
-        assert started.wait(60), "the stream never started"
-        core.kill()
-        killed_at = time.monotonic()
-        first_503 = None
-        with httpx.Client(base_url=server.base_url, timeout=2.0) as http:
-            while time.monotonic() - killed_at < 10.0:
-                try:
-                    if http.get("/health").status_code == 503:
-                        first_503 = time.monotonic() - killed_at
-                        break
-                except httpx.TransportError:
-                    break  # already exited: the exit code below says whether that was right
-                time.sleep(0.02)
-        reader.join(30)
-        assert server.process.wait(timeout=30) != 0
-    finally:
-        server.stop()
+    assert started.wait(60), "the stream never started"
+    core.kill()
+    killed_at = time.monotonic()
+    first_503 = None
+    with httpx.Client(base_url=server.base_url, timeout=2.0) as http:
+        while time.monotonic() - killed_at < 10.0:
+            try:
+                if http.get("/health").status_code == 503:
+                    first_503 = time.monotonic() - killed_at
+                    break
+            except httpx.TransportError:
+                break  # already exited: the exit code below says whether that was right
+            time.sleep(0.02)
+    reader.join(30)
+    assert server.process.wait(timeout=30) != 0
     if first_503 is not None:
         assert first_503 < 1.0, f"/health took {first_503:.2f} s to turn 503"
     assert events and events[-1] == "[DONE]", events[-3:]
@@ -89,18 +101,18 @@ def test_a_killed_engine_core_fails_streams_turns_health_503_and_exits_non_zero(
 
 
 def test_sigterm_stops_the_core_too_and_exits_0(tmp_path):
-    server = _start(tmp_path)
-    core = _core_of(server)
-    server.process.send_signal(signal.SIGTERM)
-    assert server.process.wait(timeout=30) == 0
+    with _running(tmp_path) as server:
+        core = _core_of(server)
+        server.process.send_signal(signal.SIGTERM)
+        assert server.process.wait(timeout=30) == 0
     assert wait_until(lambda: not core.is_running(), timeout_seconds=10)
 
 
 def test_a_killed_api_process_leaves_no_orphaned_core(tmp_path):
-    server = _start(tmp_path)
-    core = _core_of(server)
-    server.process.kill()
-    server.process.wait(timeout=10)
+    with _running(tmp_path) as server:
+        core = _core_of(server)
+        server.process.kill()
+        server.process.wait(timeout=10)
     # The core notices the pipe's end-of-file, idle or stepping.
     assert wait_until(lambda: not core.is_running(), timeout_seconds=10)
 
@@ -120,13 +132,11 @@ def test_a_model_limit_the_core_checks_names_the_flag_and_exits_2(tmp_path):
 
 
 def test_engine_core_thread_serves_inside_the_api_process(tmp_path):
-    server = _start(tmp_path, "--engine-core", "thread")
-    try:
+    with _running(tmp_path, "--engine-core", "thread") as server:
         assert psutil.Process(server.process.pid).children() == []
         with httpx.Client(base_url=server.base_url, timeout=30) as http:
             body = {"prompt": "hi", "max_tokens": 4, "ignore_eos": True}
             response = http.post("/v1/completions", json=body)
             assert response.status_code == 200
             assert response.json()["usage"]["completion_tokens"] == 4
-    finally:
         assert server.stop() == 0
