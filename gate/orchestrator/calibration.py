@@ -3,8 +3,8 @@
 Owns the two measurement phases that relative profiles ("0.3x capacity") and relative
 thresholds ("< 4x unloaded") resolve against, both driven by the real load generator (its
 closed-loop mode, so timing is the same client as the run's), into `<run>/calibration/`:
-- lone: one user sends short requests back to back for a few seconds: TTFT, E2E, TPOT, ITL
-  medians and 90th percentiles of a request that never shares the server;
+- lone: one user sends short requests, pausing after each answer, for a few seconds: TTFT,
+  E2E, TPOT, ITL medians and 90th percentiles of a request that finds the server idle;
 - capacity: many users (closed loop, default 64) keep the server saturated: completed
   requests/s and output tokens/s, with the spread over three sub-windows as the uncertainty.
 It also reads the KV capacity where the target tells it (the bundled server's block gauge).
@@ -71,6 +71,12 @@ class CalibrationSpec:
     """What a calibration sends: the short class of the default profiles, unless told."""
 
     lone_seconds: float = 3.0
+    # The lone user pauses this long after each answer, so every request finds the server idle,
+    # as a night-trickle request does. Back to back, the server never sleeps between requests:
+    # on a VM a request arriving at an idle server paid 14-16 ms TTFT against 5 ms back to back
+    # (the wake-ups of idle CPUs and processes), so a reference measured back to back taxed the
+    # trickle gate with the machine's idle behaviour instead of the batching's.
+    lone_think_seconds: float = 0.1
     capacity_seconds: float = 4.0
     capacity_users: int = 64
     # A slow target gets longer phases, so that it yields as many samples as a fast one: the
@@ -97,11 +103,12 @@ class CalibrationSpec:
         if self.capacity_users < 2:
             raise ValueError("capacity_users must be >= 2")
 
-    def overrides(self, *, users: int, seconds: float) -> dict[str, Any]:
+    def overrides(self, *, users: int, seconds: float, think: float = 0.0) -> dict[str, Any]:
         return {
             "mode": "closed",
             "users": users,
             "duration_seconds": seconds,
+            "think_time_seconds": think,
             "warmup_seconds": 0.0,
             "prompt_tokens": self.prompt_tokens,
             "output_tokens": self.output_tokens,
@@ -299,14 +306,18 @@ def calibrate(
         "view": view,
         "children": children,
     }
-    lone = _phase("lone", spec.overrides(users=1, seconds=spec.lone_seconds), **common)
+    think = spec.lone_think_seconds
+    lone = _phase("lone", spec.overrides(users=1, seconds=spec.lone_seconds, think=think),
+                  **common)  # fmt: skip
     unloaded = {m: _distribution(lone, m) for m in ("ttft", "e2e", "tpot", "itl")}
     if unloaded["e2e"] is None or unloaded["ttft"] is None:
         raise CalibrationError("calibration (lone): no successful request")
     if unloaded["e2e"]["n"] < spec.min_lone_requests:
         # A slow target: measure again for long enough to get the samples a fast one gives.
-        seconds = min(spec.max_phase_seconds, 1.2 * spec.min_lone_requests * unloaded["e2e"]["p50"])
-        lone = _phase("lone-long", spec.overrides(users=1, seconds=seconds), **common)
+        per_request = unloaded["e2e"]["p50"] + think
+        seconds = min(spec.max_phase_seconds, 1.2 * spec.min_lone_requests * per_request)
+        lone = _phase("lone-long", spec.overrides(users=1, seconds=seconds, think=think),
+                      **common)  # fmt: skip
         unloaded = {m: _distribution(lone, m) for m in ("ttft", "e2e", "tpot", "itl")}
         if unloaded["e2e"] is None or unloaded["ttft"] is None:
             raise CalibrationError("calibration (lone): no successful request")
