@@ -229,6 +229,26 @@ def test_a_missing_key_is_an_error_even_where_null_is_allowed(tmp_path):
     assert not (tmp_path / "r.parquet").exists()
 
 
+@pytest.mark.parametrize("missing_at", [None, 0, 9, 161, 250, 398, 399])
+def test_a_missing_key_is_found_among_many_lines_of_many_lengths(tmp_path, missing_at):
+    # Rows with a null are looked up by counting newlines; lines of very different lengths
+    # must not make the lookup land on the wrong line.
+    records = _records(400)
+    for i, record in enumerate(records):
+        record["error"] = "x" * 3000 if i // 40 % 3 == 2 else None
+        if i % 11 == 2:
+            record["sent_at"] = None
+    if missing_at is not None:
+        del records[missing_at]["done_at"]
+    write_jsonl(tmp_path / "r.jsonl", records)
+    if missing_at is None:
+        columns = read_requests(tmp_path / "r.jsonl")
+        assert np.isnan(columns.sent_at[2::11]).all() and columns.n == 400
+        return
+    with pytest.raises(RecordsError, match=rf"r.jsonl:{missing_at + 1}: missing field 'done_at'"):
+        read_requests(tmp_path / "r.jsonl")
+
+
 def test_blank_lines_and_a_final_line_without_newline_read_like_the_jsonl_says(tmp_path):
     records = _records(4)
     lines = [orjson.dumps(r) for r in records]
@@ -319,3 +339,17 @@ def test_without_statistics_or_with_larger_chunks_the_counts_are_read(tmp_path, 
         _assert_same(read_requests(path), from_jsonl)
         monkeypatch.undo()
         assert asked == [True], name
+
+
+@pytest.mark.parametrize("seed", range(4))
+def test_lines_of_rows_found_by_counting_newlines_are_the_lines_walked_to(seed):
+    from gate.rundir.jsonl_records import _lines_at, _lines_past_blanks
+
+    rng = np.random.default_rng(seed)
+    lengths = rng.choice([20, 20, 20, 3000], size=3000)  # runs of short lines among long ones
+    lines = [b"x" * int(k) + b"%d" % i for i, k in enumerate(lengths)]
+    data = b"\n".join(lines) + b"\n"
+    rows = sorted(rng.choice(3000, 40, replace=False).tolist())
+    expected = [lines[r] for r in rows]
+    assert _lines_at(data, len(data), rows, 3000) == expected
+    assert _lines_past_blanks(data, len(data), rows) == expected
