@@ -82,12 +82,16 @@ def requests_schema() -> pa.Schema:
 
 def _write_options() -> dict[str, object]:
     # As the gate's `gate.rundir.record_schema.write_options` (why there): dictionary pages for
-    # strings and token counts, chunk_times uncompressed (they hardly compress; reading is faster).
+    # strings but `id` and for token counts, chunk_times uncompressed (they hardly compress;
+    # reading is faster) and without statistics (nothing reads them; the gate reads chunk_tokens').
     schema = requests_schema()
-    strings = [f.name for f in schema if str(f.type) == "string"]
+    strings = [f.name for f in schema if str(f.type) == "string" and f.name != "id"]
+    leaves = [f"{f.name}.list.element" if str(f.type).startswith("list") else f.name
+              for f in schema]  # fmt: skip
     return {
         "use_dictionary": [*strings, "chunk_tokens"],
         "compression": {n: "none" if n == "chunk_times" else "snappy" for n in schema.names},
+        "write_statistics": [leaf for leaf in leaves if leaf != "chunk_times.list.element"],
     }
 
 

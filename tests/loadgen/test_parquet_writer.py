@@ -12,9 +12,10 @@ import pyarrow.parquet as pq
 from lg_support import REPO
 
 from gate.rundir.record_schema import requests_schema as gate_schema
+from gate.rundir.record_schema import write_options as gate_write_options
 from gate.rundir.request_parquet import open_trusted
 from gate.rundir.requests import read_requests
-from loadgen.parquet import parquet_path, requests_schema, validate_parquet
+from loadgen.parquet import _write_options, parquet_path, requests_schema, validate_parquet
 from loadgen.records import RecordWriter, RequestRecord
 
 
@@ -96,3 +97,9 @@ def test_writer_and_gate_share_the_schema_docs_records_md_documents() -> None:
     section = text.split("## `requests.parquet`", 1)[1].split("\n## ", 1)[0]
     documented = re.findall(r"^\| `(\w+)` \| `([^`]+)` \|", section, flags=re.M)
     assert documented == [(f.name, str(f.type)) for f in requests_schema()]
+
+
+def test_writer_and_gate_write_the_file_alike() -> None:
+    # Either may write a run's requests.parquet; the gate reads chunk_tokens' statistics.
+    assert _write_options() == gate_write_options()
+    assert "chunk_tokens.list.element" in gate_write_options()["write_statistics"]
