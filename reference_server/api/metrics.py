@@ -17,7 +17,8 @@ from typing import Any
 
 from prometheus_client import CollectorRegistry, Counter, Histogram, ProcessCollector
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
-from prometheus_client.exposition import generate_latest
+
+from reference_server.api.exposition import Exposition
 
 __all__ = ["CONTENT_TYPE", "PRIORITY_CLASSES", "ServerMetrics"]
 
@@ -110,6 +111,7 @@ class ServerMetrics:
         self._lock = threading.Lock()
         self._server_rejections: dict[str, int] = {}
         reg.register(_EngineCollector(self, stats_fn, memory_fn, info_fn))
+        self._exposition = Exposition(reg)
 
     def _per_class(self, name: str, doc: str, buckets: tuple[float, ...]) -> Histogram:
         histogram = Histogram(
@@ -162,7 +164,7 @@ class ServerMetrics:
         self.embedding_latency.observe(max(0.0, latency_seconds))
 
     def render(self) -> bytes:
-        return generate_latest(self.registry)
+        return self._exposition.render()
 
 
 def _observe_many(child: Any, values: list[float]) -> None:
