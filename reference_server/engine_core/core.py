@@ -119,7 +119,10 @@ class _Core:
             if result.outputs or result.record is not None:
                 now = time.monotonic()
                 snapshot = None
-                if now - self._last_snapshot >= SNAPSHOT_INTERVAL_SECONDS:
+                # With the outputs of the step after which the engine rests, so that a scrape
+                # sent after the last response already sees that step (as in a thread).
+                if (now - self._last_snapshot >= SNAPSHOT_INTERVAL_SECONDS
+                        or not engine.has_unfinished()):  # fmt: skip
                     snapshot = self._snapshot(now)
                 self.send((wire.STEP, wire.pack_outputs(result.outputs), result.record, snapshot))
             for request_id, error in result.failures:
