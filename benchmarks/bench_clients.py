@@ -9,8 +9,10 @@ with like — batchgate's value is computed from its records the way the tool de
 (client_tools.ToolResult.itl_basis: guidellm's and AIPerf's ITL are per-request TPOT,
 inference-perf stamps a chunk's tokens at its arrival, the SDK and Locust rows are gaps between
 chunks). Both send ~--prompt-tokens prompt tokens and exactly --output-tokens output tokens
-(ignore_eos). The A/A row (same client, another seed) is this machine's noise floor. Prints a
-table and writes benchmarks/results/clients.json.
+(ignore_eos). The A/A row (same client, another seed) is this machine's noise floor; each row
+also gets its own: the 95% band of its differences (`median_noise` on batchgate's records in the
+window, scaled to both sample sizes). Arrival seeds are drawn anew each run (--seed fixes them).
+Prints a table and writes benchmarks/results/clients.json.
 
     .venv/bin/python benchmarks/bench_clients.py --guidellm /tmp/clients/guidellm \
         --aiperf /tmp/clients/aiperf --inference-perf /tmp/clients/infperf [--rate 5]
@@ -26,7 +28,9 @@ from __future__ import annotations
 
 import argparse
 import json
+import math
 import os
+import random
 import signal
 import subprocess
 import sys
@@ -40,7 +44,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from client_tool_base import RunContext, Tool, shell_line
 from client_tools import build_tools
-from record_medians import record_medians
+from record_medians import median_noise, record_medians
 
 REPO = Path(__file__).resolve().parents[1]
 RESULTS = REPO / "benchmarks" / "results" / "clients.json"
@@ -118,6 +122,7 @@ def _batchgate_load(server: Server, out: Path, args: argparse.Namespace, endpoin
         "--set", f"prompt_tokens={args.prompt_tokens}",
         "--set", f"output_tokens={args.output_tokens}",
         "--set", "extra_body.ignore_eos=true", "--set", "warmup_seconds=0",
+        "--set", f"seed={args.seed}",
     ]  # fmt: skip
     log = open(out.parent / f"{out.name}.log", "wb")  # noqa: SIM115 (closed by the caller)
     proc = subprocess.Popen(cmd, cwd=REPO, stdout=log, stderr=subprocess.STDOUT)
@@ -141,6 +146,7 @@ def compare_tool(tool: Tool, server: Server, tmp: Path, args: argparse.Namespace
         url=server.url, model=server.model, tokenizer=args.tokenizer, rate_rps=args.rate,
         requests=args.requests, prompt_tokens=args.prompt_tokens,
         output_tokens=args.output_tokens, out_dir=tmp / tool.name, endpoint=tool.endpoint,
+        seed=args.seed + 1,
     )  # fmt: skip
     ctx.out_dir.mkdir(parents=True, exist_ok=True)
     bg_out = tmp / f"{tool.name}-batchgate"
@@ -175,8 +181,11 @@ def compare_tool(tool: Tool, server: Server, tmp: Path, args: argparse.Namespace
         window = (result.window_wall[0] - offset, result.window_wall[1] - offset)
     else:
         window = (launched, exited)
-    bg = record_medians(_read_records(bg_out), (window[0], window[1]))
-    bg_itl = bg[BATCHGATE_ITL[result.itl_basis]]
+    bg_records = _read_records(bg_out)
+    bg = record_medians(bg_records, (window[0], window[1]))
+    itl_key = BATCHGATE_ITL[result.itl_basis]
+    bg_itl = bg[itl_key]
+    noise = median_noise(bg_records, (window[0], window[1]), ("ttft_p50_ms", itl_key))
 
     def diff(a: float | None, b: float | None) -> float | None:
         return None if a is None or b is None else a - b
@@ -198,9 +207,20 @@ def compare_tool(tool: Tool, server: Server, tmp: Path, args: argparse.Namespace
         batchgate_measurement_valid=load.get("measurement_valid"),
         batchgate_invalid_reasons=load.get("invalid_reasons"),
         ttft_diff_ms=ttft_diff, itl_diff_ms=itl_diff, within_target=within,
+        ttft_diff_noise95_ms=_band(noise["ttft_p50_ms"], bg["requests"], result.requests),
+        itl_diff_noise95_ms=_band(noise[itl_key], bg["requests"], result.requests),
         window_seconds=window[1] - window[0], tool_extra=result.extra,
     )  # fmt: skip
     return row
+
+
+def _band(se_ms: float | None, n_batchgate: int, n_tool: int) -> float | None:
+    """95% half-width of a difference of two medians, from batchgate's side's standard error:
+    the tool's own side, whose per-request values not every tool writes, is taken to be as
+    noisy per request (the same server, the same window), so it scales with 1/sqrt(n)."""
+    if se_ms is None or n_tool <= 0:
+        return None
+    return 1.96 * se_ms * math.sqrt(1.0 + n_batchgate / n_tool)
 
 
 def _extra_args(tool: Tool, args: argparse.Namespace) -> list[str]:
@@ -291,13 +311,14 @@ def print_table(rows: list[dict], args: argparse.Namespace) -> None:
     print(
         f"{args.rate:g} req/s each (tool + batchgate load), prompt ~{args.prompt_tokens} tokens, "
         f"{args.output_tokens} output tokens (ignore_eos); targets |TTFT diff| <= "
-        f"{args.ttft_target_ms} ms, |ITL diff| <= {args.itl_target_ms} ms"
+        f"{args.ttft_target_ms} ms, |ITL diff| <= {args.itl_target_ms} ms; seed {args.seed}"
     )
     print(
         f"{'tool':<15} {'version':<9} {'arr':<3} {'reqs':>5} {'errs':>4} | {'TTFT p50':>8} "
-        f"{'batchg':>8} {'diff':>7} | {'ITL p50':>8} {'batchg':>8} {'diff':>7} {'basis':>5} "
-        "| within"
+        f"{'batchg':>8} {'diff':>7} {'±95%':>5} | {'ITL p50':>8} {'batchg':>8} {'diff':>7} "
+        f"{'±95%':>5} {'basis':>5} | within"
     )
+    notes = []
     for r in rows:
         if "error" in r:
             print(f"{r['tool']:<15} {r['version']:<9} {r['error']}")
@@ -306,14 +327,25 @@ def print_table(rows: list[dict], args: argparse.Namespace) -> None:
             f"{r['tool']:<15} {r['version']:<9} {r['arrival'][:3]:<3} {r['requests']:>5} "
             f"{r['errors']:>4} | "
             f"{_fmt(r['ttft_p50_ms'])} {_fmt(r['batchgate']['ttft_p50_ms'])} "
-            f"{_fmt(r['ttft_diff_ms'], 7)} | {_fmt(r['itl_p50_ms'])} "
-            f"{_fmt(r['batchgate_itl_compared_ms'])} {_fmt(r['itl_diff_ms'], 7)} "
+            f"{_fmt(r['ttft_diff_ms'], 7)} {_fmt(r['ttft_diff_noise95_ms'], 5)} | "
+            f"{_fmt(r['itl_p50_ms'])} {_fmt(r['batchgate_itl_compared_ms'])} "
+            f"{_fmt(r['itl_diff_ms'], 7)} {_fmt(r['itl_diff_noise95_ms'], 5)} "
             f"{r['itl_basis']:>5} | {'yes' if r['within_target'] else 'no'}"
         )
-    print("arr: the tool's arrivals (batchgate load beside it: poisson). ITL basis: batchgate's")
-    print("value is computed the tool's way from its records; tpot = per request (last-first)/")
-    print("(n-1), our TPOT; chunk = gaps between content chunks; itl0 = per-token gaps with a")
-    print("chunk's tokens stamped at its arrival (gap, then zeros); itl = our per-token ITL.")
+        build = r["tool_extra"].get("sdk_build_p50_ms")
+        if build is not None:
+            notes.append(
+                f"{r['tool']}: create() -> request handed to httpx p50 {build:.2f} ms; TTFT "
+                f"from that hand-off p50 {r['tool_extra']['ttft_from_handoff_p50_ms']:.2f} ms"
+            )
+    print("arr: the tool's arrivals (batchgate load beside it: poisson). ±95%: the noise band of")
+    print("the difference (a 1 s-block bootstrap of batchgate's records in the window); a diff")
+    print("inside it is not told apart from 0 by this run. ITL basis: batchgate's value is")
+    print("computed the tool's way from its records; tpot = per request (last-first)/(n-1), our")
+    print("TPOT; chunk = gaps between content chunks; itl0 = per-token gaps with a chunk's tokens")
+    print("stamped at its arrival (gap, then zeros); itl = our per-token ITL.")
+    for note in notes:
+        print(note)
 
 
 def main() -> int:
@@ -334,6 +366,11 @@ def main() -> int:
     parser.add_argument("--requests", type=int, default=150, help="requests per tool run")
     parser.add_argument("--prompt-tokens", type=int, default=128)
     parser.add_argument("--output-tokens", type=int, default=64)
+    parser.add_argument(
+        "--seed", type=int, default=random.SystemRandom().randrange(1 << 20),
+        help="arrival seed of batchgate load (the tools that take one get seed + 1); default: "
+        "drawn anew, printed with the table",
+    )  # fmt: skip
     parser.add_argument("--ttft-target-ms", type=float, default=1.5)
     parser.add_argument("--itl-target-ms", type=float, default=0.3)
     parser.add_argument("--server-arg", action="append", default=[], help="extra server flag")
@@ -377,6 +414,7 @@ def main() -> int:
         "prompt_tokens": args.prompt_tokens,
         "output_tokens": args.output_tokens,
         "targets_ms": {"ttft": args.ttft_target_ms, "itl": args.itl_target_ms},
+        "seed": args.seed,
         "tokenizer": str(args.tokenizer),
         "rows": rows,
     }

@@ -33,6 +33,10 @@ class RunContext:
     # it cannot run without (target, model, tokenizer, rate, request count).
     bare: bool = False
     variant: str = ""  # the capture variant's label ("" in comparison runs)
+    # Arrival seed of the tools that take one (SDK script, Locust, A/A); the batchgate load
+    # beside it uses another. Drawn anew each run: a fixed pair would replay the same arrival
+    # pattern every run, and its luck would repeat as a steady-looking offset.
+    seed: int = 1
 
 
 @dataclass(kw_only=True)

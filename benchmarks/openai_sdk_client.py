@@ -2,9 +2,12 @@
 
 It owns one run of the SDK against an OpenAI-compatible server (Poisson arrivals at a fixed
 rate, `AsyncOpenAI.chat.completions.create(..., stream=True)` or `completions.create`) and
-writes one JSON line per request: the send time, the arrival time of each chunk that carries
-content, and the final usage. It knows nothing of batchgate's records or formulas: the caller
-(bench_clients.py) turns these lines into TTFT and ITL. Run it with a Python that has `openai`.
+writes one JSON line per request: the send time (before `create()`, as a user's code would
+stamp it), the time the SDK handed the request it built to httpx (its `request` event hook: the
+point where batchgate stamps `sent_at`, after building its body), the arrival time of each
+chunk that carries content, and the final usage. It knows nothing of batchgate's records or
+formulas: the caller (bench_clients.py) turns these lines into TTFT and ITL. Run it with a
+Python that has `openai`.
 
     python benchmarks/openai_sdk_client.py --base-url http://127.0.0.1:8000/v1 --model tiny \
         --rate 5 --requests 120 --out sdk.jsonl
@@ -14,11 +17,23 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import contextvars
 import json
 import random
 import sys
 import time
 from typing import Any
+
+# The record of the request the running task is sending: the httpx hook has only the request.
+_CURRENT: contextvars.ContextVar[dict[str, Any] | None] = contextvars.ContextVar(
+    "current_record", default=None
+)
+
+
+async def _stamp_handoff(request: Any) -> None:
+    record = _CURRENT.get()
+    if record is not None and record["handed_at"] is None:
+        record["handed_at"] = time.monotonic()
 
 
 def _prompt(prompt_tokens: int, rng: random.Random) -> str:
@@ -29,8 +44,10 @@ def _prompt(prompt_tokens: int, rng: random.Random) -> str:
 
 async def _one(client: Any, args: argparse.Namespace, prompt: str) -> dict[str, Any]:
     record: dict[str, Any] = {
-        "sent_at": None, "done_at": None, "chunk_times": [], "usage": None, "error": None,
+        "sent_at": None, "handed_at": None, "done_at": None, "chunk_times": [], "usage": None,
+        "error": None,
     }  # fmt: skip
+    _CURRENT.set(record)  # this task's context only (create_task copies it)
     extra = {"ignore_eos": True} if args.ignore_eos else None
     record["sent_at"] = time.monotonic()
     stream_kwargs = {"stream": True, "stream_options": {"include_usage": True}}
@@ -67,7 +84,11 @@ async def run(args: argparse.Namespace) -> list[dict[str, Any]]:
     import openai
 
     rng = random.Random(args.seed)
-    client = openai.AsyncOpenAI(base_url=args.base_url, api_key=args.api_key)
+    # The SDK's own default httpx client (its timeouts, limits, redirects), plus one hook.
+    http_client = openai.DefaultAsyncHttpxClient(event_hooks={"request": [_stamp_handoff]})
+    client = openai.AsyncOpenAI(
+        base_url=args.base_url, api_key=args.api_key, http_client=http_client
+    )
     tasks = []
     start = time.monotonic() + 0.2
     planned = start

@@ -1,13 +1,15 @@
 """Median TTFT, per-token ITL and TPOT of loadgen request records, by the gate's formulas.
 
-Owns choosing the records of a window (sent within it) and taking their medians; the formulas
-themselves are the gate's (`gate.rundir.gaps.itl_gaps`, `gate.metrics.client.tpot`), as in
+Owns choosing the records of a window (sent within it), taking their medians, and the noise of
+those medians (`median_noise`: a block bootstrap over send time); the formulas themselves are
+the gate's (`gate.rundir.gaps.itl_gaps`, `gate.metrics.client.tpot`), as in
 tests/loadgen/lg_support.py. It does not read files or run anything.
 """
 
 from __future__ import annotations
 
 import itertools
+import random
 import statistics
 from typing import Any
 
@@ -16,7 +18,7 @@ import numpy as np
 from gate.metrics.client import tpot as gate_tpot
 from gate.rundir.gaps import itl_gaps
 
-__all__ = ["record_medians"]
+__all__ = ["median_noise", "record_medians"]
 
 
 def _ms(values: list[float]) -> float | None:
@@ -81,3 +83,45 @@ def record_medians(
         "chunk_tokens_sources": sorted({str(r.get("chunk_tokens_source")) for r in ok}),
         "window": (min(r["sent_at"] for r in ok), max(r["done_at"] for r in ok)) if ok else None,
     }
+
+
+def median_noise(
+    records: list[dict[str, Any]],
+    window: tuple[float, float] | None,
+    keys: tuple[str, ...],
+    *,
+    block_seconds: float = 1.0,
+    rounds: int = 200,
+    seed: int = 0,
+) -> dict[str, float | None]:
+    """Standard error (ms) of each `record_medians` value in `keys`, by a block bootstrap.
+
+    Requests are resampled in blocks of `block_seconds` of send time, not one by one: requests
+    close in time meet the same server state (its batch, an idle engine waking up, the
+    machine's other work), so their latencies are correlated and an i.i.d. bootstrap would
+    understate the noise of a median. None where fewer than two blocks or no value exist.
+    """
+    chosen = [
+        r
+        for r in records
+        if r.get("sent_at") is not None
+        and (window is None or window[0] <= r["sent_at"] <= window[1])
+    ]
+    if not chosen:
+        return {key: None for key in keys}
+    start = min(r["sent_at"] for r in chosen)
+    blocks: dict[int, list[dict[str, Any]]] = {}
+    for r in chosen:
+        blocks.setdefault(int((r["sent_at"] - start) // block_seconds), []).append(r)
+    groups = list(blocks.values())
+    if len(groups) < 2:
+        return {key: None for key in keys}
+    rng = random.Random(seed)
+    draws: dict[str, list[float]] = {key: [] for key in keys}
+    for _ in range(rounds):
+        sample = [r for group in rng.choices(groups, k=len(groups)) for r in group]
+        medians = record_medians(sample)
+        for key in keys:
+            if medians[key] is not None:
+                draws[key].append(medians[key])
+    return {key: statistics.pstdev(v) if len(v) > 1 else None for key, v in draws.items()}
