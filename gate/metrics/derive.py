@@ -64,10 +64,18 @@ def measure(
     slos: Any,
     settings: Any,
     warmup_seconds: float | None,
+    memo: dict[Any, Any] | None = None,
 ) -> Measurement:
-    """Derive one glossary metric for one profile and scope (warm-up excluded)."""
+    """Derive one glossary metric for one profile and scope (warm-up excluded). `memo`: a dict
+    one evaluation keeps, for what its gates on one profile share (`gate.metrics.client`)."""
     entry = get_metric(metric)
-    window = window_of(profile, warmup_seconds=warmup_seconds)
+    if memo is None:
+        window = window_of(profile, warmup_seconds=warmup_seconds)
+    else:
+        key = (profile.name, "window", warmup_seconds)
+        if key not in memo:
+            memo[key] = window_of(profile, warmup_seconds=warmup_seconds)
+        window = memo[key]
     if entry.source is Source.RUN:
         return _run(profile, metric, statistic)
     if window is None:
@@ -80,6 +88,7 @@ def measure(
             scope,
             window,
             settings if metric == "recovery_time" else slos,
+            memo=memo,
         )
     if entry.source is Source.SERVER:
         return server(profile, metric, statistic, scope, window)

@@ -50,6 +50,9 @@ class JudgeContext:
         self.settings = gates_file.settings
         self.last_key: tuple[Any, ...] | None = None
         self.last: Measurement | None = None
+        # Arrays gates on one profile share (windows, scope masks, formulas over all requests:
+        # `gate.metrics.client`), for this evaluation only.
+        self.memo: dict[Any, Any] = {}
         manifest = run.manifest or {}
         ended = manifest.get("ended")
         # An abort_on_fail stop is a judged outcome, not a fault: the profiles before it
@@ -107,6 +110,7 @@ class JudgeContext:
             slos=slos,
             settings=self.settings,
             warmup_seconds=warmup,
+            memo=self.memo,
         )
         if key is not None:
             self.last_key, self.last = key, measurement
