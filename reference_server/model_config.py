@@ -83,12 +83,22 @@ MODEL_PRESETS: dict[str, ModelConfig] = {
         num_kv_heads=2,
         intermediate_size=352,
     ),
-    # A few times slower per token than tiny on a CPU: the "slower server" of batchgate's
-    # speed-invariance checks (benchmarks/bench_speed_invariance.py).
+    # 2-3x slower per token than tiny on a CPU (benchmarks/bench_slo.py's default: its prefill
+    # costs enough next to a decode to plan around).
     "small": ModelConfig(
         vocab_size=_BYTE_VOCAB_SIZE,
         hidden_size=256,
         num_layers=4,
+        num_heads=4,
+        num_kv_heads=2,
+        intermediate_size=704,
+    ),
+    # small with twice the layers: on this project's 2-core CI machine 3x or more below tiny's
+    # capacity and lone-request speed, the ">= 3x slower server" of the speed-invariance matrix.
+    "medium": ModelConfig(
+        vocab_size=_BYTE_VOCAB_SIZE,
+        hidden_size=256,
+        num_layers=8,
         num_heads=4,
         num_kv_heads=2,
         intermediate_size=704,
