@@ -10,6 +10,7 @@ ratio of total can be judged). It does not sample (`gate.observers.nvml_sampler`
 from __future__ import annotations
 
 import math
+from operator import itemgetter
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
@@ -39,10 +40,20 @@ def gpu(profile: ProfileData, metric: str, scope: Scope, window: Window) -> Meas
             return _server_rss(profile, scope, window, why)
         return NoData(reason=why)
     intervals = stage_intervals(profile, scope, window)
-    chosen = _in_window(usable, intervals)
     field = "memory_used_bytes" if metric == "memory_used" else "utilization_ratio"
-    values = np.array([r.get(field) for r in chosen], dtype=np.float64)
-    totals = np.array([r.get("memory_total_bytes") for r in chosen], dtype=np.float64)
+    try:
+        # One pass in C over records that all have the keys (a run's 100k samples), the
+        # times, values and totals as columns of one array (None reads as NaN either way).
+        rows = list(map(itemgetter("t", field, "memory_total_bytes"), usable))
+        table = np.array(rows, dtype=np.float64).reshape(len(rows), 3)
+        times, values, totals = table[:, 0], table[:, 1], table[:, 2]
+        if intervals is not None:
+            inside = in_intervals(times, intervals)
+            values, totals = values[inside], totals[inside]
+    except (KeyError, TypeError, ValueError):  # a record without one, or not a number
+        chosen = _in_window(usable, intervals)
+        values = np.array([r.get(field) for r in chosen], dtype=np.float64)
+        totals = np.array([r.get("memory_total_bytes") for r in chosen], dtype=np.float64)
     keep = ~np.isnan(values)
     if not keep.any():
         return NoData(reason=f"no {field} in the sampler records of this window")

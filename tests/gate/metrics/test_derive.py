@@ -236,3 +236,18 @@ def test_itl_of_a_run_of_requests_is_a_view_and_equals_the_selection():
         runs = np.count_nonzero(np.diff(np.concatenate(([0], mask.astype(int), [0]))) == 1)
         if runs == 1:
             assert np.shares_memory(got, req.itl_seconds)
+
+
+def test_sampler_records_lacking_a_field_or_sampling_nothing_read_like_the_others(tmp_path):
+    gpu = [
+        {"t": WALL0 + 0.1 * i, "source": "nvml", "memory_used_bytes": 1e9 * (i + 1),
+         "memory_total_bytes": 8e9}
+        for i in range(4)
+    ]  # fmt: skip
+    del gpu[2]["memory_total_bytes"]
+    gpu.insert(1, {"t": WALL0, "source": "none", "note": "a hiccup"})
+    write_profile(tmp_path, "steady", request_records(100), gpu=gpu)
+    memory = _measure(tmp_path, "memory_used", "peak")
+    assert isinstance(memory, Series)
+    np.testing.assert_array_equal(memory.values, [1e9, 2e9, 3e9, 4e9])
+    np.testing.assert_array_equal(memory.totals, [8e9, 8e9, np.nan, 8e9])
