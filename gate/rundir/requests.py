@@ -163,6 +163,11 @@ def _from_jsonl(path: Path, max_records: int | None, notes: list[str]) -> Reques
         )
         if sink.failure is not None:
             notes.append(sink.failure)
+    import pyarrow as pa
+
+    # As after a Parquet read: the parsed blocks' memory goes back before the gaps are joined
+    # and the gates select from the columns (it was most of a JSONL-only check's peak).
+    pa.default_memory_pool().release_unused()
     return builder.build(path, partial_last_line=records.partial_last_line, notes=notes)
 
 
