@@ -87,8 +87,11 @@ def test_open_loop_run_writes_valid_records_with_exact_ttft_and_itl(fake_server,
     assert load["chunk_tokens_sources"] == {"assumed": len(records)}
     ttft = statistics.median(r["first_token_at"] - r["sent_at"] for r in records)
     itl = statistics.median(itl_gaps(records))
-    assert abs(ttft - 0.025) < 0.002, ttft
-    assert abs(itl - 0.006) < 0.002, itl
+    # Client TTFT against the server's own (request read -> first content written), which holds
+    # the server's late wake-ups on a loaded machine: the rest is the client's share.
+    server_ttft = statistics.median(server.stats()["ttft_seconds"])
+    assert 0.025 - 0.0005 <= server_ttft <= ttft < server_ttft + 0.002, (ttft, server_ttft)
+    assert 0.006 - 0.0005 <= itl < 0.006 + 0.003, itl  # one-sided: late wake-ups only lengthen
     # the subprocess planned exactly what the same seed plans in-process
     spec = resolve(
         "steady", {"duration_seconds": 2.5, "rate_rps": 20, "output_tokens": 6, "seed": 3}, "full"
@@ -136,19 +139,25 @@ def test_server_stall_shows_in_open_loop_p99_but_hides_in_closed_loop(
             "0.005",
         ),
     }
-    from_planned = {}
+    from_planned, closed_records = {}, []
     for name, proc in runs.items():
         _, stderr = proc.communicate(timeout=60)
         assert proc.returncode == 0, stderr
         records = read_records(tmp_path / name)
         assert all(r["status"] == "ok" for r in records)
         from_planned[name] = [r["first_token_at"] - r["planned_at"] for r in records]
+        if name == "closed":
+            closed_records = records
     open_loop, closed = from_planned["open"], from_planned["closed"]
     # Open loop: every request planned during the 1 s stall waits for it.
     assert percentile(open_loop, 99) > 0.5
-    # Closed loop: only the 2 in-flight requests see it; the users simply stop asking.
+    # Closed loop: only the 2 in-flight requests see it; the users simply stop asking, and ask
+    # again once it is over (counted, not timed: how many fit in the rest depends on the machine).
     assert max(closed) > 0.5
-    assert len(closed) > 150
+    stall_over = max(
+        r["done_at"] for r in closed_records if r["first_token_at"] - r["planned_at"] > 0.5
+    )
+    assert len(closed) > 40 and any(r["planned_at"] > stall_over for r in closed_records)
     # Only the requests in flight when the stall hit (one per user) waited it out. A count, not
     # a p99 bound in seconds: the p99 of ~150 samples sits next to those two and moved with the
     # machine's load (0.32 s once on a loaded machine).

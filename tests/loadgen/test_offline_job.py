@@ -156,7 +156,7 @@ def test_job_completes_on_the_bundled_server_beside_the_chat_traffic(
         "--duration", "6", "--rate", "2", "--seed", "3",
         "--set", "job_lines=20", "--set", "job_output_tokens=4",
         "--set", "output_tokens=8", "--set", "job_wait_seconds=40",
-        # the tiny job runs in well under a second: poll often enough to see it in progress
+        # the tiny job runs in well under a second: poll often (the timeline has several polls)
         "--set", "job_poll_seconds=0.02",
         "--set", "max_schedule_lag_p99_seconds=10", "--set", "max_client_cpu_ratio=10",
         timeout=90,
@@ -168,7 +168,10 @@ def test_job_completes_on_the_bundled_server_beside_the_chat_traffic(
     assert events[0] == "uploaded" and events[1] == "submitted" and events[-1] == "summary"
     statuses = [e["status"] for e in timeline[1:-1]]
     assert statuses[-1] == "completed"
-    assert statuses[0] == "validating" and "in_progress" in statuses
+    # The create answer says validating; whether a poll catches in_progress depends on how fast
+    # the machine runs 20 tiny lines, so the server's own in_progress_at says the job ran.
+    assert statuses[0] == "validating"
+    assert set(statuses) <= {"validating", "in_progress", "finalizing", "completed"}
     assert timeline[-2]["server_times"]["in_progress_at"] is not None
     for line in timeline:
         assert isinstance(line["wall"], float) and isinstance(line["monotonic"], float)

@@ -77,8 +77,13 @@ def test_ttft_and_itl_medians_match_injected_delays(fake_server, client_for) -> 
     assert all(r["status"] == "ok" for r in recs)
     ttft = statistics.median(r["first_token_at"] - r["sent_at"] for r in recs)
     itl = statistics.median(itl_gaps(recs))
-    assert abs(ttft - 0.030) < 0.002
-    assert abs(itl - 0.008) < 0.002
+    # Against the server's own clock (request read -> first content written), which already
+    # holds its late wake-ups on a loaded machine: what is left is the client's share, and a
+    # client that stamped late or early would show here. Never below what was injected.
+    server_ttft = statistics.median(server.stats()["ttft_seconds"])
+    assert 0.030 - 0.0005 <= server_ttft <= ttft < server_ttft + 0.002, (ttft, server_ttft)
+    # ITL one-sided: a late wake-up only lengthens a gap; a chunk/token mix-up halves or doubles it
+    assert 0.008 - 0.0005 <= itl < 0.008 + 0.003, itl
     # the role-only first chunk is not a token; usage came from the server
     assert all(r["output_tokens"] == 8 and r["tokens_source"] == "usage" for r in recs)
     assert all(len(r["chunk_times"]) == 8 for r in recs)

@@ -156,6 +156,10 @@ def test_child_stop_ends_its_whole_process_group(tmp_path: Path) -> None:
             time.sleep(0.05)
         assert len(processes_mentioning(marker)) == 2
         child.stop(timeout_seconds=5.0)
+        # stop() waits for the group's leader; the killed grandchild may take a moment to go.
+        deadline = time.monotonic() + 10.0
+        while processes_mentioning(marker) and time.monotonic() < deadline:
+            time.sleep(0.05)
         assert processes_mentioning(marker) == []
     finally:
         child.stop(timeout_seconds=1.0)

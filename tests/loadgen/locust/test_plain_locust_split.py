@@ -80,8 +80,10 @@ def _assert_sent_once(server: Any, out: Path, stats: Path, users: int) -> None:
     assert load["ended"] == "completed" and load["workers"] == users
     assert load["planned_requests"] == load["sent_requests"] == planned
     assert sum(load["counts_by_status"].values()) == planned
-    # Each user starts its share on time, however late Locust spawned it (-r below -u).
-    assert load["schedule_lag_seconds"]["max"] < 0.5, load["schedule_lag_seconds"]
+    # Each user starts its share on time, however late Locust spawned it (-r below -u): a user
+    # that started its share when spawned would lag >= 1.5 s (-u 4 -r 2); a loaded machine's
+    # late wake-ups stay well under 1 s.
+    assert load["schedule_lag_seconds"]["max"] < 1.0, load["schedule_lag_seconds"]
     assert _locust_counts(stats, "E2E") == (planned, planned)
     assert _locust_counts(stats, "TTFT") == (planned, planned)
 

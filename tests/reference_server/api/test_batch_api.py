@@ -243,7 +243,10 @@ def test_each_limit_is_refused_with_an_error_naming_its_flag(client, http):
 
 
 def test_a_job_past_its_window_expires_keeping_finished_lines(client):
-    lines = completion_lines(40, max_tokens=200, prefix="x")
+    # 300 lines (the job cap here) x 200 tokens, a few at a time: tens of thousands of steps, far
+    # past a 2 s window on any machine (40 lines could finish in time on a fast one).
+    n = 300
+    lines = completion_lines(n, max_tokens=200, prefix="x")
     batch = client.batches.create(
         input_file_id=upload(client, lines).id, endpoint="/v1/completions",
         completion_window="2s",
@@ -252,9 +255,9 @@ def test_a_job_past_its_window_expires_keeping_finished_lines(client):
     assert batch.status == "expired" and batch.expired_at is not None
     assert batch.expires_at - batch.created_at == 2
     counts = batch.request_counts
-    assert counts.total == 40 and counts.completed + counts.failed == 40
+    assert counts.total == n and counts.completed + counts.failed == n
     output, errors = results(client, batch)
-    assert sorted(_ids(output) + _ids(errors)) == sorted(f"x{i}" for i in range(40))
+    assert sorted(_ids(output) + _ids(errors)) == sorted(f"x{i}" for i in range(n))
     assert len(output) == counts.completed
     assert {row["error"]["code"] for row in errors} == {"batch_expired"}
 
