@@ -78,8 +78,9 @@ def test_a_live_preset_is_restored_after_the_run_unless_kept(tmp_path, bundled_s
     assert done.returncode in (0, 1), done.stderr[-3000:]
     assert "restored the batching settings" in done.stdout + done.stderr
     calibration = read_json(tmp_path / "runs" / "restored" / "calibration.json")
-    # Calibrated before the preset was applied: a lone request did not wait out its window.
-    assert calibration["unloaded"]["short"]["ttft"]["p50"] < 0.1
+    # Calibrated before the preset was applied: a lone request did not wait out its window
+    # (every request that did took >= the preset's 200 ms, whatever the machine's speed).
+    assert calibration["unloaded"]["short"]["ttft"]["p50"] < 0.2
     assert _batching(bundled_server) == before
     manifest = read_json(tmp_path / "runs" / "restored" / "manifest.json")
     assert manifest["replaced_settings"] == before
