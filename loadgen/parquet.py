@@ -89,8 +89,10 @@ def _write_options() -> dict[str, object]:
     leaves = [f"{f.name}.list.element" if str(f.type).startswith("list") else f.name
               for f in schema]  # fmt: skip
     return {
-        "use_dictionary": [*strings, "chunk_tokens"],
-        "compression": {n: "none" if n == "chunk_times" else "snappy" for n in schema.names},
+        "use_dictionary": [*strings, "chunk_tokens.list.element"],
+        "compression": {
+            leaf: "none" if leaf == "chunk_times.list.element" else "snappy" for leaf in leaves
+        },
         "write_statistics": [leaf for leaf in leaves if leaf != "chunk_times.list.element"],
     }
 

@@ -140,9 +140,14 @@ def write_options() -> dict[str, object]:
     names = schema.names
     leaves = [f"{n}.list.element" if str(schema.field(n).type).startswith("list") else n
               for n in names]  # fmt: skip
+    # A list column's options are keyed by its leaf (`chunk_tokens.list.element`): keyed by the
+    # column's name they were silently not applied, and the all-ones token counts were stored
+    # plain and uncompressed (a third of the file).
     return {
-        "use_dictionary": [*strings, "chunk_tokens"],
-        "compression": {name: "none" if name == "chunk_times" else "snappy" for name in names},
+        "use_dictionary": [*strings, "chunk_tokens.list.element"],
+        "compression": {
+            leaf: "none" if leaf == "chunk_times.list.element" else "snappy" for leaf in leaves
+        },
         "write_statistics": [leaf for leaf in leaves if leaf != "chunk_times.list.element"],
     }
 

@@ -103,3 +103,27 @@ def test_writer_and_gate_write_the_file_alike() -> None:
     # Either may write a run's requests.parquet; the gate reads chunk_tokens' statistics.
     assert _write_options() == gate_write_options()
     assert "chunk_tokens.list.element" in gate_write_options()["write_statistics"]
+
+
+def test_both_writers_apply_their_options_to_the_list_columns(tmp_path: Path) -> None:
+    # Options keyed by a list column's name are silently ignored by pyarrow: the written file's
+    # own column metadata is what shows they took (token counts dictionary-encoded and snappy,
+    # chunk times plain and uncompressed).
+    path = tmp_path / "requests.jsonl"
+    with RecordWriter(path) as writer:
+        for i in range(40):
+            writer.write(_record(i))
+    written_by_loadgen = parquet_path(path)
+    gate_copy = tmp_path / "gate" / "requests.jsonl"
+    gate_copy.parent.mkdir()
+    gate_copy.write_bytes(path.read_bytes())
+    read_requests(gate_copy)  # no Parquet there: the gate parses the JSONL and writes one
+    for written in (written_by_loadgen, parquet_path(gate_copy)):
+        group = pq.ParquetFile(written).metadata.row_group(0)
+        columns = {group.column(i).path_in_schema: group.column(i)
+                   for i in range(group.num_columns)}  # fmt: skip
+        tokens, times = columns["chunk_tokens.list.element"], columns["chunk_times.list.element"]
+        assert tokens.compression == "SNAPPY" and "RLE_DICTIONARY" in tokens.encodings, written
+        assert times.compression == "UNCOMPRESSED" and "RLE_DICTIONARY" not in times.encodings
+        assert tokens.statistics is not None and tokens.statistics.has_min_max
+        assert not times.is_stats_set
