@@ -8,9 +8,13 @@ the condition asked for:
   idle  the machine as it is;
   busy  one core taken by `python3 -c 'while True: pass'` for the whole pass (killed by its PID
         after it, whatever the pass did).
-Prints one row per pass (exit code, counts, seconds, load average, the failed tests' ids) and
-the run of consecutive clean passes, and writes benchmarks/results/e2e_repeat.json (appending
-to the passes already there for the same commit, so a proof may be gathered in several calls).
+The tests run with the clone's own interpreter (`<repo>/.venv/bin/python`, which
+`./scripts/bootstrap` makes there and whose editable install points at the clone) when it has one:
+another checkout's interpreter would import that checkout's packages in every subprocess a test
+starts (`python -m gate.cli`), testing other code than the clone's. Prints one row per pass (exit
+code, counts, seconds, load average, the failed tests' ids) and the run of consecutive clean
+passes, and writes benchmarks/results/e2e_repeat.json (appending to the passes already there for
+the same commit, so a proof may be gathered in several calls).
 A pass that fails does not stop the loop: every failure is data, and the table says where the
 clean run broke. With BATCHGATE_REQUIRE_LLAMACPP=1 in the environment (as .ci/run sets it after
 building llama-server) a missing llama.cpp server fails its test instead of skipping it.
@@ -64,15 +68,22 @@ def longest_clean_streak(entries: list[dict[str, Any]]) -> int:
     return best
 
 
+def python_of(repo: Path) -> Path:
+    """The interpreter the passes run with: the clone's own venv, else this one."""
+    own = repo / ".venv" / "bin" / "python"
+    return own if own.exists() else Path(sys.executable)
+
+
 def one_pass(repo: Path, condition: str, log: Path) -> dict[str, Any]:
     busy = None
+    python = python_of(repo)
     if condition == "busy":
         busy = subprocess.Popen([sys.executable, "-c", "while True: pass"])
     started = time.monotonic()
     try:
         with log.open("w", encoding="utf-8") as out:
             rc = subprocess.run(
-                [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "tests/e2e",
+                [str(python), "-m", "pytest", "-q", "-p", "no:cacheprovider", "tests/e2e",
                  "-rfE", "--durations=15"],
                 cwd=repo, stdout=out, stderr=subprocess.STDOUT, check=False,
             ).returncode  # fmt: skip
@@ -88,6 +99,7 @@ def one_pass(repo: Path, condition: str, log: Path) -> dict[str, Any]:
         "seconds": round(seconds, 1),
         "loadavg": os.getloadavg(),
         "log": str(log),
+        "python": str(python),
         **parsed,
     }
 
@@ -143,7 +155,12 @@ def main(argv: list[str] | None = None) -> int:
     commit = commit_of(repo)
     saved: dict[str, Any] = {}
     if args.results.is_file():
-        saved = json.loads(args.results.read_text(encoding="utf-8"))
+        try:
+            saved = json.loads(args.results.read_text(encoding="utf-8"))
+        except (json.JSONDecodeError, UnicodeDecodeError) as exc:
+            parser.error(f"--results {args.results}: not the JSON this script writes ({exc})")
+        if not isinstance(saved, dict):
+            parser.error(f"--results {args.results}: not the JSON this script writes")
     entries: list[dict[str, Any]] = saved.get(commit, [])
     for _ in range(args.runs):
         n = len(entries) + 1

@@ -75,3 +75,49 @@ def test_loop_records_every_pass_and_exits_1_when_one_failed(tmp_path: Path) -> 
     assert [e["failed"] for e in entries] == [1, 0]
     assert entries[0]["failed_ids"] == ["tests/e2e/test_flaky.py::test_first_time_fails"]
     assert "idle: 1 of 2 passes clean, longest clean run 1" in done.stdout
+
+
+def _tiny_repo(tmp_path: Path, test_text: str) -> Path:
+    repo = tmp_path / "repo"
+    (repo / "tests" / "e2e").mkdir(parents=True)
+    (repo / "tests" / "e2e" / "test_one.py").write_text(test_text, encoding="utf-8")
+    subprocess.run(["git", "init", "-q"], cwd=repo, check=True)
+    return repo
+
+
+def test_passes_run_with_the_clones_own_interpreter(tmp_path: Path) -> None:
+    # Another checkout's interpreter would import that checkout's editable install in every
+    # subprocess a test starts: the clone's venv is what makes the clone's code the tested code.
+    repo = _tiny_repo(
+        tmp_path, "import sys\ndef test_which():\n    print('RAN-WITH', sys.executable)\n"
+    )
+    own = repo / ".venv" / "bin" / "python"
+    own.parent.mkdir(parents=True)
+    own.symlink_to(sys.executable)
+    results = tmp_path / "out.json"
+    done = subprocess.run(
+        [sys.executable, str(REPO / "benchmarks" / "e2e_repeat.py"), "--condition", "idle",
+         "--runs", "1", "--repo", str(repo), "--logs", str(tmp_path / "logs"),
+         "--results", str(results)],
+        capture_output=True, text=True, timeout=120, check=False,
+    )  # fmt: skip
+    assert done.returncode == 0, done.stdout + done.stderr
+    (entries,) = json.loads(results.read_text(encoding="utf-8")).values()
+    assert entries[0]["python"] == str(own)
+    assert e2e_repeat.python_of(tmp_path) == Path(sys.executable)  # no venv there
+
+
+def test_a_corrupt_results_file_is_a_clear_error(tmp_path: Path) -> None:
+    repo = _tiny_repo(tmp_path, "def test_ok():\n    pass\n")
+    results = tmp_path / "out.json"
+    for text in ("{not json", "[1, 2]"):
+        results.write_text(text, encoding="utf-8")
+        done = subprocess.run(
+            [sys.executable, str(REPO / "benchmarks" / "e2e_repeat.py"), "--condition", "idle",
+             "--runs", "1", "--repo", str(repo), "--results", str(results)],
+            capture_output=True, text=True, timeout=60, check=False,
+        )  # fmt: skip
+        assert done.returncode == 2, done.stderr
+        assert f"--results {results}: not the JSON this script writes" in done.stderr
+        assert "Traceback" not in done.stderr
+        assert results.read_text(encoding="utf-8") == text  # left as it was
