@@ -14,6 +14,15 @@ sys.path.insert(0, str(REPO / "benchmarks"))
 import e2e_repeat  # noqa: E402
 
 
+def _repeat(repo: Path, tmp_path: Path, results: Path, *, runs: int):
+    return subprocess.run(
+        [sys.executable, str(REPO / "benchmarks" / "e2e_repeat.py"), "--condition", "idle",
+         "--runs", str(runs), "--repo", str(repo), "--logs", str(tmp_path / "logs"),
+         "--results", str(results)],
+        capture_output=True, text=True, timeout=120, check=False,
+    )  # fmt: skip
+
+
 def test_parse_reads_counts_and_failed_ids() -> None:
     text = (
         "....F.s\n"
@@ -64,12 +73,7 @@ def test_loop_records_every_pass_and_exits_1_when_one_failed(tmp_path: Path) -> 
     )
     subprocess.run(["git", "init", "-q"], cwd=repo, check=True)
     results = tmp_path / "out.json"
-    done = subprocess.run(
-        [sys.executable, str(REPO / "benchmarks" / "e2e_repeat.py"), "--condition", "idle",
-         "--runs", "2", "--repo", str(repo), "--logs", str(tmp_path / "logs"),
-         "--results", str(results)],
-        capture_output=True, text=True, timeout=120, check=False,
-    )  # fmt: skip
+    done = _repeat(repo, tmp_path, results, runs=2)
     assert done.returncode == 1, done.stdout + done.stderr
     (entries,) = json.loads(results.read_text(encoding="utf-8")).values()
     assert [e["failed"] for e in entries] == [1, 0]
@@ -95,12 +99,7 @@ def test_passes_run_with_the_clones_own_interpreter(tmp_path: Path) -> None:
     own.parent.mkdir(parents=True)
     own.symlink_to(sys.executable)
     results = tmp_path / "out.json"
-    done = subprocess.run(
-        [sys.executable, str(REPO / "benchmarks" / "e2e_repeat.py"), "--condition", "idle",
-         "--runs", "1", "--repo", str(repo), "--logs", str(tmp_path / "logs"),
-         "--results", str(results)],
-        capture_output=True, text=True, timeout=120, check=False,
-    )  # fmt: skip
+    done = _repeat(repo, tmp_path, results, runs=1)
     assert done.returncode == 0, done.stdout + done.stderr
     (entries,) = json.loads(results.read_text(encoding="utf-8")).values()
     assert entries[0]["python"] == str(own)
