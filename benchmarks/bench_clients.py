@@ -42,9 +42,11 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
+from client_table import print_table
 from client_tool_base import RunContext, Tool, shell_line
 from client_tools import build_tools
 from record_medians import median_noise, record_medians
+from wire_capture import Capture, read_pcap, ttft_by_client, wire_requests
 
 REPO = Path(__file__).resolve().parents[1]
 RESULTS = REPO / "benchmarks" / "results" / "clients.json"
@@ -82,7 +84,8 @@ class Server:
                 raise RuntimeError(f"server did not start:\n{self.log_path.read_text()[-3000:]}")
             text = port_file.read_text().strip() if port_file.exists() else ""
             if text:
-                self.url = f"http://127.0.0.1:{int(text)}"
+                self.port = int(text)
+                self.url = f"http://127.0.0.1:{self.port}"
                 try:
                     if _get_json(self.url + "/health")["status"] == "ok":
                         break
@@ -150,6 +153,9 @@ def compare_tool(tool: Tool, server: Server, tmp: Path, args: argparse.Namespace
     )  # fmt: skip
     ctx.out_dir.mkdir(parents=True, exist_ok=True)
     bg_out = tmp / f"{tool.name}-batchgate"
+    capture = Capture(server.port, tmp / f"{tool.name}.pcap") if args.wire else None
+    if capture is not None:
+        capture.start()
     bg_cmd, bg_proc, bg_log = _batchgate_load(server, bg_out, args, tool.endpoint)
     cmd = [*tool.command(ctx), *_extra_args(tool, args)]
     launched = time.monotonic()
@@ -163,6 +169,8 @@ def compare_tool(tool: Tool, server: Server, tmp: Path, args: argparse.Namespace
     bg_proc.send_signal(signal.SIGINT)
     bg_proc.wait(timeout=120)
     bg_log.close()
+    if capture is not None:
+        capture.stop()
     row: dict[str, Any] = {
         "tool": tool.name, "version": version, "command": shell_line(cmd), "exit_code": rc,
         "batchgate_command": shell_line(bg_cmd), "endpoint": tool.endpoint,
@@ -187,11 +195,8 @@ def compare_tool(tool: Tool, server: Server, tmp: Path, args: argparse.Namespace
     bg_itl = bg[itl_key]
     noise = median_noise(bg_records, (window[0], window[1]), ("ttft_p50_ms", itl_key))
 
-    def diff(a: float | None, b: float | None) -> float | None:
-        return None if a is None or b is None else a - b
-
-    ttft_diff = diff(result.ttft_p50_ms, bg["ttft_p50_ms"])
-    itl_diff = diff(result.itl_p50_ms, bg_itl)
+    ttft_diff = _minus(result.ttft_p50_ms, bg["ttft_p50_ms"])
+    itl_diff = _minus(result.itl_p50_ms, bg_itl)
     within = (
         ttft_diff is not None
         and itl_diff is not None
@@ -211,7 +216,28 @@ def compare_tool(tool: Tool, server: Server, tmp: Path, args: argparse.Namespace
         itl_diff_noise95_ms=_band(noise[itl_key], bg["requests"], result.requests),
         window_seconds=window[1] - window[0], tool_extra=result.extra,
     )  # fmt: skip
+    if capture is not None:
+        row["wire"] = _wire(capture, (window[0] + offset, window[1] + offset), row)
     return row
+
+
+def _wire(capture: Capture, window_wall: tuple[float, float], row: dict) -> dict:
+    split = ttft_by_client(
+        wire_requests(read_pcap(capture.path), capture.port), window_wall, "batchgate-loadgen"
+    )
+    tool, ours = split["tool"], split["batchgate"]
+    if not tool["requests"]:  # Locust and the A/A row send with batchgate's own client
+        return {"note": "not split: the tool's requests carry batchgate's User-Agent", **split}
+    return {
+        **split,
+        "tool_lag_ms": _minus(row["ttft_p50_ms"], tool["ttft_p50_ms"]),
+        "batchgate_lag_ms": _minus(row["batchgate"]["ttft_p50_ms"], ours["ttft_p50_ms"]),
+        "wire_diff_ms": _minus(tool["ttft_p50_ms"], ours["ttft_p50_ms"]),
+    }
+
+
+def _minus(a: float | None, b: float | None) -> float | None:
+    return None if a is None or b is None else a - b
 
 
 def _band(se_ms: float | None, n_batchgate: int, n_tool: int) -> float | None:
@@ -303,51 +329,6 @@ def capture_tool(tool: Tool, server: Server, tmp: Path, args: argparse.Namespace
     return fixtures
 
 
-def _fmt(value: float | None, width: int = 8) -> str:
-    return f"{value:{width}.2f}" if value is not None else f"{'-':>{width}}"
-
-
-def print_table(rows: list[dict], args: argparse.Namespace) -> None:
-    print(
-        f"{args.rate:g} req/s each (tool + batchgate load), prompt ~{args.prompt_tokens} tokens, "
-        f"{args.output_tokens} output tokens (ignore_eos); targets |TTFT diff| <= "
-        f"{args.ttft_target_ms} ms, |ITL diff| <= {args.itl_target_ms} ms; seed {args.seed}"
-    )
-    print(
-        f"{'tool':<15} {'version':<9} {'arr':<3} {'reqs':>5} {'errs':>4} | {'TTFT p50':>8} "
-        f"{'batchg':>8} {'diff':>7} {'±95%':>5} | {'ITL p50':>8} {'batchg':>8} {'diff':>7} "
-        f"{'±95%':>5} {'basis':>5} | within"
-    )
-    notes = []
-    for r in rows:
-        if "error" in r:
-            print(f"{r['tool']:<15} {r['version']:<9} {r['error']}")
-            continue
-        print(
-            f"{r['tool']:<15} {r['version']:<9} {r['arrival'][:3]:<3} {r['requests']:>5} "
-            f"{r['errors']:>4} | "
-            f"{_fmt(r['ttft_p50_ms'])} {_fmt(r['batchgate']['ttft_p50_ms'])} "
-            f"{_fmt(r['ttft_diff_ms'], 7)} {_fmt(r['ttft_diff_noise95_ms'], 5)} | "
-            f"{_fmt(r['itl_p50_ms'])} {_fmt(r['batchgate_itl_compared_ms'])} "
-            f"{_fmt(r['itl_diff_ms'], 7)} {_fmt(r['itl_diff_noise95_ms'], 5)} "
-            f"{r['itl_basis']:>5} | {'yes' if r['within_target'] else 'no'}"
-        )
-        build = r["tool_extra"].get("sdk_build_p50_ms")
-        if build is not None:
-            notes.append(
-                f"{r['tool']}: create() -> request handed to httpx p50 {build:.2f} ms; TTFT "
-                f"from that hand-off p50 {r['tool_extra']['ttft_from_handoff_p50_ms']:.2f} ms"
-            )
-    print("arr: the tool's arrivals (batchgate load beside it: poisson). ±95%: the noise band of")
-    print("the difference (a 1 s-block bootstrap of batchgate's records in the window); a diff")
-    print("inside it is not told apart from 0 by this run. ITL basis: batchgate's value is")
-    print("computed the tool's way from its records; tpot = per request (last-first)/(n-1), our")
-    print("TPOT; chunk = gaps between content chunks; itl0 = per-token gaps with a chunk's tokens")
-    print("stamped at its arrival (gap, then zeros); itl = our per-token ITL.")
-    for note in notes:
-        print(note)
-
-
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--guidellm", type=Path, help="venv (or python) with guidellm")
@@ -378,6 +359,11 @@ def main() -> int:
         "--tool-arg", action="append", default=[], metavar="TOOL=ARG",
         help="append ARG to TOOL's command line in comparison runs (repeatable)",
     )  # fmt: skip
+    parser.add_argument(
+        "--wire", action="store_true",
+        help="also capture the server's port with tcpdump (root) and split each TTFT into the "
+        "wire's part and the client's own lag (benchmarks/wire_capture.py)",
+    )  # fmt: skip
     parser.add_argument("--keep", type=Path, help="keep every tool's output under this dir")
     parser.add_argument("--capture", type=Path, help="write request-body fixtures here instead")
     parser.add_argument("--capture-requests", type=int, default=3)
@@ -392,6 +378,8 @@ def main() -> int:
         tools = [t for t in tools if t.name in wanted]
     if not tools:
         parser.error("no client tool available")
+    if args.wire and (why := Capture.available()):
+        parser.error(f"--wire: {why}")
     with tempfile.TemporaryDirectory(prefix="bench-clients-") as tmp_name:
         tmp = args.keep or Path(tmp_name)
         tmp.mkdir(parents=True, exist_ok=True)

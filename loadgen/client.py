@@ -11,6 +11,7 @@ Locust.
 
 from __future__ import annotations
 
+import functools
 import json
 import time
 from dataclasses import dataclass
@@ -32,6 +33,18 @@ from loadgen.sse import SSEParser
 __all__ = ["ClientConfig", "OpenAIClient", "RequestCancelled"]
 
 _ERROR_BODY_BYTES = 4096
+
+
+@functools.cache
+def user_agent() -> str:
+    """`batchgate-loadgen/<version>`: a server's access log, and a packet capture beside another
+    client (benchmarks/wire_capture.py), can tell this load from other traffic."""
+    from importlib.metadata import PackageNotFoundError, version
+
+    try:
+        return f"batchgate-loadgen/{version('batchgate')}"
+    except PackageNotFoundError:  # run from a source tree that was never installed
+        return "batchgate-loadgen"
 
 
 class RequestCancelled(Exception):
@@ -101,6 +114,7 @@ class OpenAIClient:
             "Content-Type": "application/json",
             "Accept": "text/event-stream" if self.config.stream else "application/json",
             "X-Priority": req.priority,
+            "User-Agent": user_agent(),
         }
         if self.config.api_key:
             headers["Authorization"] = f"Bearer {self.config.api_key}"

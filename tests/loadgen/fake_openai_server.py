@@ -62,15 +62,17 @@ class State:
         self.connections_total = 0
         self.by_path: dict[str, int] = {}
         self.by_fault: dict[str, int] = {}
+        self.user_agents: dict[str, int] = {}
         self.in_flight = 0
         self.max_in_flight = 0
         self.ttft_seconds: list[float] = []  # server-side: request read -> first content written
         self.stop = threading.Event()
 
-    def admit(self, path: str) -> tuple[int, dict[str, Any], str]:
+    def admit(self, path: str, user_agent: str = "") -> tuple[int, dict[str, Any], str]:
         """Count a completion request; return its number, a snapshot of options, its fault."""
         with self.lock:
             self.requests_total += 1
+            self.user_agents[user_agent] = self.user_agents.get(user_agent, 0) + 1
             n = self.requests_total
             self.by_path[path] = self.by_path.get(path, 0) + 1
             self.in_flight += 1
@@ -105,6 +107,7 @@ class State:
                 "connections_total": self.connections_total,
                 "by_path": dict(self.by_path),
                 "by_fault": dict(self.by_fault),
+                "user_agents": dict(self.user_agents),
                 "in_flight": self.in_flight,
                 "max_in_flight": self.max_in_flight,
                 "ttft_seconds": list(self.ttft_seconds[-10000:]),
@@ -163,7 +166,7 @@ class Handler(BaseHTTPRequestHandler):
             self._json(404, {"error": {"message": f"no route {self.path}", "type": "not_found"}})
             return
         read_at = time.monotonic()
-        _, opts, fault = self.state.admit(self.path)
+        _, opts, fault = self.state.admit(self.path, self.headers.get("User-Agent", ""))
         try:
             self._complete(raw, opts, fault, read_at)
         finally:

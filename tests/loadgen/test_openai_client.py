@@ -173,6 +173,16 @@ def test_keepalive_connection_is_reused(fake_server, client_for) -> None:
     assert len(client.pool._idle) == 1
 
 
+def test_requests_name_the_load_generator_in_user_agent(fake_server, client_for) -> None:
+    # How a server's access log or a packet capture (benchmarks/wire_capture.py) tells
+    # batchgate's load from other clients'.
+    from importlib.metadata import version
+
+    server = fake_server("--ttft-ms", "1", "--itl-ms", "1")
+    assert _send(client_for(server))["status"] == "ok"
+    assert server.stats()["user_agents"] == {f"batchgate-loadgen/{version('batchgate')}": 1}
+
+
 def test_connection_closed_by_server_keepalive_timeout_is_replaced(fake_server, client_for) -> None:
     import time
 
