@@ -62,14 +62,15 @@ def print_table(rows: list[dict], args: argparse.Namespace) -> None:
 
 def print_wire_table(rows: list[dict]) -> None:
     print()
-    print("Wire (tcpdump on lo): TTFT p50 from a request's first byte on the wire to the first")
-    print("server segment with generated text, each client's requests in the tool's window.")
-    print("lag = the client's own TTFT p50 - its wire TTFT p50 (its time between its clock and")
-    print("the socket, both ends); wire diff = tool's wire TTFT - batchgate's: the server's")
-    print("part of the TTFT diff above.")
+    print("Wire (tcpdump on lo): TTFT p50 from a request's last byte on the wire (the server has")
+    print("it all) to the first server segment with generated text, each client's requests in the")
+    print("tool's window. write = p50 of first to last request byte (a client that writes headers")
+    print("and body apart); lag = the client's own TTFT p50 - its wire TTFT p50 (everything the")
+    print("client adds: clock to socket, the write, its reading); wire diff = tool's wire TTFT -")
+    print("batchgate's: how differently the server treated the two.")
     print(
-        f"{'tool':<15} {'n':>5} {'TTFT':>8} {'wire':>8} {'lag':>6} | {'n':>5} {'batchg':>8} "
-        f"{'wire':>8} {'lag':>6} | {'wire diff':>9}"
+        f"{'tool':<15} {'n':>5} {'TTFT':>8} {'wire':>8} {'write':>6} {'lag':>6} | {'n':>5} "
+        f"{'batchg':>8} {'wire':>8} {'lag':>6} | {'wire diff':>9}"
     )
     for r in rows:
         w = r["wire"]
@@ -79,7 +80,7 @@ def print_wire_table(rows: list[dict]) -> None:
         t, b = w["tool"], w["batchgate"]
         print(
             f"{r['tool']:<15} {t['requests']:>5} {_fmt(r['ttft_p50_ms'])} {_fmt(t['ttft_p50_ms'])} "
-            f"{_fmt(w['tool_lag_ms'], 6)} | {b['requests']:>5} "
+            f"{_fmt(t['write_p50_ms'], 6)} {_fmt(w['tool_lag_ms'], 6)} | {b['requests']:>5} "
             f"{_fmt(r['batchgate']['ttft_p50_ms'])} {_fmt(b['ttft_p50_ms'])} "
             f"{_fmt(w['batchgate_lag_ms'], 6)} | {_fmt(w['wire_diff_ms'], 9)}"
         )

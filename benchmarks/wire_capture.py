@@ -6,9 +6,10 @@ question is whose number is wrong: the server may treat the tool's requests diff
 bodies, other connections), or the tool may spend time of its own between its clock and the
 socket (an event loop busy elsewhere, a request written in two pieces, a parse before the
 stamp). The capture answers it without trusting either client: for every request it has the
-time its first byte reached the loopback interface and the time the first server segment
-carrying generated text did, so wire TTFT = first content segment - first request byte, the
-same for every client; a tool's TTFT minus its wire TTFT is its own lag.
+time its last byte reached the loopback interface (the server has all of it from then on) and
+the time the first server segment carrying generated text did, so wire TTFT = first content
+segment - last request byte, the same stopwatch for every client; a tool's TTFT minus its wire
+TTFT is its own lag (its clock to the socket, a request written in pieces, its reading).
 
 Owns running tcpdump on the loopback interface for one port (needs CAP_NET_RAW: root here),
 reading the classic pcap format it writes (no third-party parser), and cutting the TCP
@@ -60,7 +61,9 @@ class WireRequest:
 
     @property
     def ttft(self) -> float | None:
-        return None if self.first_content is None else self.first_content - self.sent
+        """From the request's last byte: before it the server cannot start, and the time a
+        client takes between writing its headers and its body is the client's."""
+        return None if self.first_content is None else self.first_content - self.complete
 
 
 def read_pcap(path: Path) -> Iterator[Segment]:
@@ -163,8 +166,10 @@ def ttft_by_client(
     requests: list[WireRequest], window: tuple[float, float], ours: str
 ) -> dict[str, dict]:
     """Wire TTFT p50 (ms) of the generation requests sent in `window` (Unix seconds), split into
-    "batchgate" (User-Agent starting with `ours`) and "tool" (every other client)."""
+    "batchgate" (User-Agent starting with `ours`) and "tool" (every other client), with the p50
+    of how long their requests took to write (first byte to last)."""
     ttfts: dict[str, list[float]] = {"batchgate": [], "tool": []}
+    writes: dict[str, list[float]] = {"batchgate": [], "tool": []}
     agents: set[str] = set()
     for r in requests:
         if not r.path.endswith("completions") or r.ttft is None:
@@ -174,9 +179,15 @@ def ttft_by_client(
         mine = r.user_agent.startswith(ours)
         if not mine:
             agents.add(r.user_agent)
-        ttfts["batchgate" if mine else "tool"].append(1000.0 * r.ttft)
+        key = "batchgate" if mine else "tool"
+        ttfts[key].append(1000.0 * r.ttft)
+        writes[key].append(1000.0 * (r.complete - r.sent))
     out: dict[str, dict] = {
-        key: {"requests": len(v), "ttft_p50_ms": statistics.median(v) if v else None}
+        key: {
+            "requests": len(v),
+            "ttft_p50_ms": statistics.median(v) if v else None,
+            "write_p50_ms": statistics.median(writes[key]) if v else None,
+        }
         for key, v in ttfts.items()
     }
     out["tool"]["user_agents"] = sorted(agents)

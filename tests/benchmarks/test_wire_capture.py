@@ -90,16 +90,22 @@ def test_requests_and_their_first_content(tmp_path: Path, nano: bool) -> None:
     tol = 2e-6
     assert first.complete - first.sent == pytest.approx(0.002, abs=tol)  # written in two pieces
     assert first.first_response - first.sent == pytest.approx(0.010, abs=tol)
-    # Not the role chunk, not the segment that only opens the string: the one with the text.
-    assert first.ttft == pytest.approx(0.016, abs=tol)
+    # From the body (the server had nothing to start on before it) to the segment with the
+    # text: not the role chunk, not the segment that only opens the string.
+    assert first.ttft == pytest.approx(0.014, abs=tol)
     assert again.ttft == pytest.approx(0.020, abs=tol)
     assert ours.ttft == pytest.approx(0.012, abs=tol)
     assert health.ttft is None
 
     split = ttft_by_client(found, (T0, T0 + 2), "batchgate-loadgen")
-    assert split["batchgate"] == {"requests": 1, "ttft_p50_ms": pytest.approx(12.0, abs=0.01)}
+    assert split["batchgate"] == {
+        "requests": 1,
+        "ttft_p50_ms": pytest.approx(12.0, abs=0.01),
+        "write_p50_ms": 0.0,
+    }
     assert split["tool"]["requests"] == 2
-    assert split["tool"]["ttft_p50_ms"] == pytest.approx(18.0, abs=0.01)
+    assert split["tool"]["ttft_p50_ms"] == pytest.approx(17.0, abs=0.01)
+    assert split["tool"]["write_p50_ms"] == pytest.approx(1.0, abs=0.01)  # 2 ms and 0
     assert split["tool"]["user_agents"] == ["python-httpx/0.29.0"]
     # The window keeps only requests sent inside it.
     assert ttft_by_client(found, (T0 + 0.9, T0 + 2), "batchgate-loadgen")["tool"]["requests"] == 1
