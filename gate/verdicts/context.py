@@ -10,6 +10,7 @@ assessment into a Verdict with its margin. It does not decide outcomes (`gate.ve
 
 from __future__ import annotations
 
+import copy
 import json
 from typing import Any, Protocol
 
@@ -63,6 +64,14 @@ class JudgeContext:
             else (f"run ended {ended!r}: {manifest.get('reason') or 'no reason recorded'}")
         )
         self.run_aborted = not partial and ended == "aborted"
+
+    def fork(self) -> JudgeContext:
+        """A context for another thread of the same evaluation: the same run, settings and
+        shared arrays (`memo`; two threads that miss one key both compute the same array, and
+        either copy is right), but its own last measurement."""
+        other = copy.copy(self)
+        other.last_key, other.last = None, None
+        return other
 
     def closed_reason(self, profile: ProfileData | None, name: str) -> str | None:
         if self.run_closed:

@@ -280,3 +280,41 @@ def test_records_without_a_source_are_per_chunk_but_gapless_ones_do_not_count(tm
     write_manifest(tmp_path / "one", ["steady"])
     (itl,) = evaluate(load_run(tmp_path / "one"), _gates(ITL_AND_TTFT)).verdicts[:1]
     assert ITL_PER_CHUNK_NOTE not in itl.notes
+
+
+def test_gates_judged_on_threads_give_the_sequential_verdicts_in_order(tmp_path, monkeypatch):
+    # verdicts_for judges chains of gates on worker threads; order and values must not depend
+    # on how many there are or which finishes first.
+    from gate.verdicts import judge
+
+    rng = np.random.default_rng(7)
+    n = 2000
+    records = request_records(
+        n, ttft_seconds=rng.exponential(0.1, n),
+        priority=np.where(rng.random(n) < 0.5, "interactive", "batch").tolist(),
+    )  # fmt: skip
+    write_profile(tmp_path, "steady", records)
+    write_manifest(tmp_path, ["steady"])
+    run = load_run(tmp_path)
+    specs = [
+        ("ttft", "p50", "{}", "< 1s"), ("ttft", "p99", "{}", "< 100ms"),
+        ("itl", "p50", "{}", "< 1s"), ("itl", "p99", "{}", "< 1s"),
+        ("ttft", "p90", "{priority: batch}", "< 1s"), ("e2e", "p99", "{}", "< 10s"),
+        ("errors", "mean", "{}", "< 1%"), ("ttft", "p999", "{}", "< 5s"),
+        ("tpot", "p50", "{priority: interactive}", "< 1s"), ("itl", "p90", "{}", "< 2ms"),
+    ]  # fmt: skip
+    body = "".join(
+        f'  - name: g{i}\n    metric: {m}\n    statistic: {s}\n    scope: {sc}\n    fail: "{f}"\n'
+        for i, (m, s, sc, f) in enumerate(specs)
+    )
+    gates = _gates(body)
+    monkeypatch.setattr(judge.os, "cpu_count", lambda: 1)
+    sequential = evaluate(run, gates)
+    monkeypatch.setattr(judge.os, "cpu_count", lambda: 8)
+    for _ in range(3):
+        threaded = evaluate(run, gates)
+        assert [v.to_dict() for v in threaded.verdicts] == [
+            v.to_dict() for v in sequential.verdicts
+        ]
+    assert [v.gate for v in sequential.verdicts] == [f"g{i}" for i in range(len(specs))]
+    assert {v.status for v in sequential.verdicts} >= {Status.PASS, Status.FAIL}
