@@ -10,13 +10,13 @@ ratio of total can be judged). It does not sample (`gate.observers.nvml_sampler`
 from __future__ import annotations
 
 import math
-from operator import itemgetter
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
 from gate.metrics.measurements import Measurement, NoData, Series
 from gate.metrics.window import Window, in_intervals, stage_intervals
+from gate.rundir.sample_records import SampleRecords
 
 if TYPE_CHECKING:
     from gate.gates.model import Scope
@@ -28,12 +28,15 @@ _SERVER_RSS = "process_resident_memory_bytes"
 
 
 def gpu(profile: ProfileData, metric: str, scope: Scope, window: Window) -> Measurement:
-    records = profile.gpu or []
-    usable = [r for r in records if r.get("source") in ("nvml", "process_rss")]
-    if not usable:
+    samples = profile.gpu
+    if not isinstance(samples, SampleRecords):
+        samples = SampleRecords(records=list(samples or []))
+    sources = np.array(samples.strings("source"), dtype=object)
+    usable = (sources == "nvml") | (sources == "process_rss")
+    if not usable.any():
         why = (
-            f"the sampler could not sample: {records[0].get('note') or 'no reason given'}"
-            if records
+            f"the sampler could not sample: {samples[0].get('note') or 'no reason given'}"
+            if len(samples)
             else "no gpu.jsonl sampler records"
         )
         if metric == "memory_used":
@@ -41,25 +44,20 @@ def gpu(profile: ProfileData, metric: str, scope: Scope, window: Window) -> Meas
         return NoData(reason=why)
     intervals = stage_intervals(profile, scope, window)
     field = "memory_used_bytes" if metric == "memory_used" else "utilization_ratio"
-    try:
-        # One pass in C over records that all have the keys (a run's 100k samples), the
-        # times, values and totals as columns of one array (None reads as NaN either way).
-        rows = list(map(itemgetter("t", field, "memory_total_bytes"), usable))
-        table = np.array(rows, dtype=np.float64).reshape(len(rows), 3)
-        times, values, totals = table[:, 0], table[:, 1], table[:, 2]
-        if intervals is not None:
-            inside = in_intervals(times, intervals)
-            values, totals = values[inside], totals[inside]
-    except (KeyError, TypeError, ValueError):  # a record without one, or not a number
-        chosen = _in_window(usable, intervals)
-        values = np.array([r.get(field) for r in chosen], dtype=np.float64)
-        totals = np.array([r.get("memory_total_bytes") for r in chosen], dtype=np.float64)
+    # Columns (a run's 100k samples): a record without the field, or with null or a
+    # non-number in it, reads as NaN and is left out below.
+    times = samples.numbers("t")[usable]
+    values = samples.numbers(field)[usable]
+    totals = samples.numbers("memory_total_bytes")[usable]
+    if intervals is not None:
+        inside = in_intervals(times, intervals)
+        values, totals = values[inside], totals[inside]
     keep = ~np.isnan(values)
     if not keep.any():
         return NoData(reason=f"no {field} in the sampler records of this window")
     note = (
         "process resident memory (no GPU/NVML)"
-        if usable[0].get("source") == "process_rss"
+        if sources[np.argmax(usable)] == "process_rss"
         else None
     )
     return Series(values=values[keep], totals=totals[keep], note=note)

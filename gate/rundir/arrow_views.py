@@ -31,8 +31,11 @@ def primitive_values(array: pa.Array) -> np.ndarray:
 
 
 def float_values(array: pa.Array) -> np.ndarray:
-    """A float64 array's values with NaN for null (a view when there are none)."""
+    """A float64 (or integer) array's values as float64 with NaN for null (a view when it is
+    float64 without nulls)."""
     values = primitive_values(array)
+    if values.dtype != np.float64:
+        values = values.astype(np.float64)
     if not array.null_count:
         return values
     bits = np.frombuffer(array.buffers()[0], dtype=np.uint8)

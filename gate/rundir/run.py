@@ -27,6 +27,7 @@ from gate.rundir.abort import (
 from gate.rundir.observer_records import RunDirError, read_jsonl
 from gate.rundir.record_schema import parquet_path
 from gate.rundir.requests import RecordsError, RequestColumns, read_requests
+from gate.rundir.sample_records import SampleRecords, read_samples
 from gate.rundir.step_records import StepColumns, read_steps
 
 __all__ = [
@@ -52,7 +53,7 @@ class ProfileData:
     requests: RequestColumns | None
     steps: StepColumns | None
     scrapes: list[dict[str, Any]] | None
-    gpu: list[dict[str, Any]] | None
+    gpu: SampleRecords | None  # a sequence of dicts, and columns
     # batch_job.jsonl (the offline_job profile's Batch API job timeline), None without one.
     job_events: list[dict[str, Any]] | None = None
     notes: tuple[str, ...] = ()
@@ -151,7 +152,7 @@ def _observer_files(directory: Path, notes: list[str]) -> tuple[Any, ...]:
     """steps.jsonl's columns, then scrapes.jsonl's, gpu.jsonl's and batch_job.jsonl's records."""
     steps = read_steps(directory / "steps.jsonl", notes)
     scrapes = read_jsonl(directory / "scrapes.jsonl", notes)
-    gpu = read_jsonl(directory / "gpu.jsonl", notes)
+    gpu = read_samples(directory / "gpu.jsonl", notes)
     return steps, scrapes, gpu, read_jsonl(directory / "batch_job.jsonl", notes)
 
 
@@ -188,7 +189,7 @@ def profile_prefix(
         requests=requests,
         steps=read_steps(directory / "steps.jsonl", notes, lines["steps.jsonl"]),
         scrapes=read_jsonl(directory / "scrapes.jsonl", notes, lines["scrapes.jsonl"]),
-        gpu=read_jsonl(directory / "gpu.jsonl", notes, lines["gpu.jsonl"]),
+        gpu=read_samples(directory / "gpu.jsonl", notes, lines["gpu.jsonl"]),
         notes=tuple(notes),
     )
 
