@@ -156,21 +156,23 @@ def compare_tool(tool: Tool, server: Server, tmp: Path, args: argparse.Namespace
     capture = Capture(server.port, tmp / f"{tool.name}.pcap") if args.wire else None
     if capture is not None:
         capture.start()
-    bg_cmd, bg_proc, bg_log = _batchgate_load(server, bg_out, args, tool.endpoint)
-    cmd = [*tool.command(ctx), *_extra_args(tool, args)]
-    launched = time.monotonic()
-    with open(ctx.out_dir / "tool.log", "wb") as log:
-        rc = subprocess.run(
-            cmd, cwd=ctx.out_dir, stdout=log, stderr=subprocess.STDOUT,
-            env={**os.environ, **CLIENT_ENV, **tool.env(ctx)},
-            timeout=args.requests / args.rate + 600,
-        ).returncode  # fmt: skip
-    exited = time.monotonic()
-    bg_proc.send_signal(signal.SIGINT)
-    bg_proc.wait(timeout=120)
-    bg_log.close()
-    if capture is not None:
-        capture.stop()
+    try:
+        bg_cmd, bg_proc, bg_log = _batchgate_load(server, bg_out, args, tool.endpoint)
+        cmd = [*tool.command(ctx), *_extra_args(tool, args)]
+        launched = time.monotonic()
+        with open(ctx.out_dir / "tool.log", "wb") as log:
+            rc = subprocess.run(
+                cmd, cwd=ctx.out_dir, stdout=log, stderr=subprocess.STDOUT,
+                env={**os.environ, **CLIENT_ENV, **tool.env(ctx)},
+                timeout=args.requests / args.rate + 600,
+            ).returncode  # fmt: skip
+        exited = time.monotonic()
+        bg_proc.send_signal(signal.SIGINT)
+        bg_proc.wait(timeout=120)
+        bg_log.close()
+    finally:  # no tcpdump left running when a tool hangs past its timeout
+        if capture is not None:
+            capture.stop()
     row: dict[str, Any] = {
         "tool": tool.name, "version": version, "command": shell_line(cmd), "exit_code": rc,
         "batchgate_command": shell_line(bg_cmd), "endpoint": tool.endpoint,
