@@ -46,7 +46,7 @@ from client_table import print_table
 from client_tool_base import RunContext, Tool, shell_line
 from client_tools import build_tools
 from record_medians import median_noise, record_medians
-from wire_capture import Capture, read_pcap, ttft_by_client, wire_requests
+from wire_capture import Capture, CaptureError, read_pcap, ttft_by_client, wire_requests
 
 REPO = Path(__file__).resolve().parents[1]
 RESULTS = REPO / "benchmarks" / "results" / "clients.json"
@@ -393,7 +393,11 @@ def main() -> int:
             rows = []
             for tool in tools:
                 print(f"running {tool.name} beside batchgate load ...", flush=True)
-                rows.append(compare_tool(tool, server, tmp, args))
+                try:
+                    rows.append(compare_tool(tool, server, tmp, args))
+                except CaptureError as exc:  # not root, no such interface: say so, no traceback
+                    print(f"bench_clients: --wire: {exc}", file=sys.stderr)
+                    return 2
         finally:
             server.stop()
     result = {

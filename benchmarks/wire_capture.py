@@ -31,7 +31,15 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
-__all__ = ["Capture", "Segment", "WireRequest", "read_pcap", "ttft_by_client", "wire_requests"]
+__all__ = [
+    "Capture",
+    "CaptureError",
+    "Segment",
+    "WireRequest",
+    "read_pcap",
+    "ttft_by_client",
+    "wire_requests",
+]
 
 # A chunk with generated text: a chat delta's or a completion's non-empty string. Role chunks
 # ("content":"") and usage-only chunks do not count, as they do not for a TTFT.
@@ -194,6 +202,10 @@ def ttft_by_client(
     return out
 
 
+class CaptureError(RuntimeError):
+    """tcpdump could not start (its own message: not root, no `lo`, a bad filter)."""
+
+
 class Capture:
     """tcpdump on `lo` for one TCP port, writing a pcap file, from `start()` to `stop()`."""
 
@@ -221,13 +233,17 @@ class Capture:
         )  # fmt: skip
         assert self._proc.stderr is not None
         deadline = time.monotonic() + timeout
-        line = b""
-        while b"listening on" not in line:  # tcpdump says so once its filter is in place
+        said = b""
+        while b"listening on" not in said:  # tcpdump says so once its filter is in place
             line = self._proc.stderr.readline()
+            said += line
             if not line or time.monotonic() > deadline:
                 self._proc.kill()
                 self._proc.wait()
-                raise RuntimeError(f"tcpdump did not start: {line.decode(errors='replace')}")
+                self._proc.stderr.close()
+                self._proc = None
+                why = said.decode(errors="replace").strip() or "no output"
+                raise CaptureError(f"tcpdump did not start: {why}")
 
     def stop(self) -> None:
         if self._proc is None:

@@ -109,6 +109,6 @@ def read_samples(path: Path, notes: list[str], limit: int | None = None) -> Samp
         return SampleRecords(records=read_jsonl(path, notes, limit) or [])
     try:
         table = pajson.read_json(pa.BufferReader(data))
-    except (pa.ArrowInvalid, pa.ArrowNotImplementedError):
+    except pa.ArrowException:  # any refusal: the line parser decides, with its own errors
         return SampleRecords(records=read_jsonl(path, notes, limit) or [])
     return SampleRecords(table=table)

@@ -153,3 +153,17 @@ def test_a_real_capture_of_a_loopback_exchange(tmp_path: Path) -> None:
     (found,) = wire_requests(read_pcap(capture.path), port)
     assert (found.path, found.user_agent) == ("/v1/completions", "probe/1")
     assert found.ttft is not None and 0 < found.ttft < 5
+
+
+def test_a_capture_that_cannot_start_says_why(tmp_path: Path, monkeypatch) -> None:
+    import subprocess
+
+    import wire_capture
+
+    real = subprocess.Popen
+    refusal = 'echo "tcpdump: lo: You don\'t have permission to capture" >&2; exit 1'
+    monkeypatch.setattr(
+        wire_capture.subprocess, "Popen", lambda cmd, **kw: real(["sh", "-c", refusal], **kw)
+    )
+    with pytest.raises(wire_capture.CaptureError, match="don't have permission"):
+        Capture(1, tmp_path / "x.pcap").start()
