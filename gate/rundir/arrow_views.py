@@ -15,7 +15,7 @@ import numpy as np
 if TYPE_CHECKING:
     import pyarrow as pa
 
-__all__ = ["float_values", "list_offsets", "list_values", "primitive_values"]
+__all__ = ["float_values", "list_offsets", "list_values", "null_mask", "primitive_values"]
 
 _NUMPY_TYPES = {"double": np.float64, "int8": np.int8, "int16": np.int16, "int32": np.int32,
                 "int64": np.int64}  # fmt: skip
@@ -41,6 +41,14 @@ def float_values(array: pa.Array) -> np.ndarray:
     bits = np.frombuffer(array.buffers()[0], dtype=np.uint8)
     valid = np.unpackbits(bits, bitorder="little")[array.offset :][: len(array)]
     return np.where(valid, values, np.nan)
+
+
+def null_mask(array: pa.Array) -> np.ndarray:
+    """True where `array` (any type, one chunk) is null."""
+    if not array.null_count:
+        return np.zeros(len(array), dtype=bool)
+    bits = np.frombuffer(array.buffers()[0], dtype=np.uint8)
+    return np.unpackbits(bits, bitorder="little")[array.offset :][: len(array)] == 0
 
 
 def list_offsets(array: pa.Array) -> np.ndarray:

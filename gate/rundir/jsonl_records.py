@@ -35,7 +35,7 @@ from gate.rundir.record_schema import (
 if TYPE_CHECKING:
     import pyarrow as pa
 
-__all__ = ["JsonlRecords"]
+__all__ = ["NOT_NULL_FIELDS", "JsonlRecords", "record_problem", "with_defaults"]
 
 _BLOCK_BYTES = 32 * 1024 * 1024
 # pyarrow's JSON reader takes a block this size at a time.
@@ -44,7 +44,8 @@ _PARSE_BLOCK_BYTES = 4 * 1024 * 1024
 # more CPU a byte (measured on 2 cores), and a block alive costs its bytes and table.
 _PARSERS = max(1, min(4, os.cpu_count() or 1))
 _SCAN_BYTES = 256 * 1024
-_NOT_NULL = tuple(f for f in REQUIRED_FIELDS if f not in NULLABLE_FIELDS)
+# Required and never null: a null read for one of these means the line lacks the key.
+NOT_NULL_FIELDS = tuple(f for f in REQUIRED_FIELDS if f not in NULLABLE_FIELDS)
 _REQUIRED_KEYS = frozenset(REQUIRED_FIELDS)
 _STRING_FIELDS = tuple(f for f in CATEGORICAL_FIELDS if f not in OPTIONAL_DEFAULTS)
 
@@ -143,7 +144,7 @@ class JsonlRecords:
         table = self._parse(data, end)
         if table is None or not _proven_complete(table, data, end):
             return None, data, end, offset
-        return _with_defaults(table), data, end, offset
+        return with_defaults(table), data, end, offset
 
     def _parse(self, data: bytes, end: int) -> pa.Table | None:
         """pyarrow's table of data[:end], or None where it cannot take the block."""
@@ -171,7 +172,7 @@ class JsonlRecords:
                 obj = orjson.loads(line)
             except orjson.JSONDecodeError as exc:
                 raise RecordsError(f"{self.path}:{number}: not a JSON object: {exc}") from None
-            problem = _problem(obj)
+            problem = record_problem(obj)
             if problem:
                 raise RecordsError(f"{self.path}:{number}: {problem}")
             for name, default in OPTIONAL_DEFAULTS.items():
@@ -196,7 +197,8 @@ class JsonlRecords:
         return count
 
 
-def _problem(obj: Any) -> str | None:
+def record_problem(obj: Any) -> str | None:
+    """What is wrong with one parsed line as a request record (docs/records.md), or None."""
     if not isinstance(obj, dict):
         return "expected a JSON object"
     for name in REQUIRED_FIELDS:
@@ -225,7 +227,7 @@ def _proven_complete(table: pa.Table, data: bytes, end: int) -> bool:
     a null in a nullable field is looked at to see that the key is there."""
     import pyarrow.compute as pc
 
-    if any(table.column(name).null_count for name in _NOT_NULL):
+    if any(table.column(name).null_count for name in NOT_NULL_FIELDS):
         return False
     times, tokens = table.column("chunk_times"), table.column("chunk_tokens")
     if not pc.all(pc.equal(pc.list_value_length(times), pc.list_value_length(tokens))).as_py():
@@ -292,7 +294,8 @@ def _lines_past_blanks(data: bytes, end: int, rows: list[int]) -> list[bytes] | 
     return out if target is None else None
 
 
-def _with_defaults(table: pa.Table) -> pa.Table:
+def with_defaults(table: pa.Table) -> pa.Table:
+    """`table` with the value an older record meant where an optional field is null."""
     import pyarrow.compute as pc
 
     for name, default in OPTIONAL_DEFAULTS.items():

@@ -18,6 +18,7 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
+from gate.rundir import jsonl_scan
 from gate.rundir.arrow_views import float_values, list_offsets, list_values, primitive_values
 from gate.rundir.gaps import itl_gaps
 from gate.rundir.jsonl_records import JsonlRecords
@@ -143,8 +144,23 @@ def _from_parquet(
 
 
 def _from_jsonl(path: Path, max_records: int | None, notes: list[str]) -> RequestColumns:
+    if max_records is None and jsonl_scan.available():
+        try:
+            return _parse(jsonl_scan.JsonlScan(path), path, notes, write_parquet=True)
+        except jsonl_scan.Unproven:
+            pass  # the line-exact reader below reads what can be read and names what cannot
     records = JsonlRecords(path, max_records=max_records)
-    sink = ParquetSink(parquet_path(path)) if max_records is None else None
+    return _parse(records, path, notes, write_parquet=max_records is None)
+
+
+def _parse(
+    records: JsonlRecords | jsonl_scan.JsonlScan,
+    path: Path,
+    notes: list[str],
+    *,
+    write_parquet: bool,
+) -> RequestColumns:
+    sink = ParquetSink(parquet_path(path)) if write_parquet else None
     builder = _ColumnBuilder()
     try:
         for table in records.tables():
@@ -218,7 +234,10 @@ class _ColumnBuilder:
 
         for name, parts in self.floats.items():
             for column in table.column(name).chunks:
-                parts.append(float_values(column.cast(pa.float64())))
+                values = float_values(column.cast(pa.float64()))
+                # Owned, not a view: a buffer of a table imported from DuckDB keeps the whole
+                # batch alive (chunk lists included), 1.2 GiB for 1M records instead of 0.4.
+                parts.append(values if values.base is None else values.copy())
         for name, codes in self.codes.items():
             for column in table.column(name).chunks:
                 codes.add(column)

@@ -3,7 +3,19 @@ import orjson
 import pytest
 from rundir_builder import request_records, write_jsonl
 
+from gate.rundir import jsonl_scan
 from gate.rundir.requests import RecordsError, read_requests
+
+
+@pytest.fixture(autouse=True, params=["duckdb scan", "line-exact"])
+def reader(request, monkeypatch):
+    """Every test with DuckDB's whole-file scan first (the default) and without it (an install
+    without DuckDB, and every file the scan cannot prove): the two must agree."""
+    if request.param == "line-exact":
+        monkeypatch.setattr(jsonl_scan, "available", lambda: False)
+    else:
+        pytest.importorskip("duckdb")
+    return request.param
 
 
 def test_columns_hold_times_nulls_and_categories(tmp_path):
