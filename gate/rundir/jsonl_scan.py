@@ -114,6 +114,7 @@ class JsonlScan:
 
     def _scan(self) -> Iterator[pa.Table]:
         import duckdb
+        import pyarrow as pa
 
         schema = requests_schema()
         columns = ", ".join(f"'{f.name}': '{_DUCKDB_TYPES[str(f.type)]}'" for f in schema)
@@ -140,7 +141,8 @@ class JsonlScan:
                     yield _as_schema(batch, schema)
             finally:
                 connection.close()
-        except duckdb.Error as exc:
+        except (duckdb.Error, pa.ArrowException) as exc:
+            # pa.ArrowException: a DuckDB whose Arrow types do not cast to the schema's.
             raise Unproven(f"DuckDB: {str(exc).strip().splitlines()[0][:200]}") from None
 
     def _checked(self, table: pa.Table, first_row: int, doubtful: list[int]) -> pa.Table:

@@ -134,3 +134,10 @@ def test_the_parquet_written_from_a_scan_stands_for_the_jsonl(tmp_path):
         assert getattr(first, name).tolist() == pytest.approx(
             getattr(second, name).tolist(), nan_ok=True)  # fmt: skip
     assert first.endpoint.names == second.endpoint.names
+
+
+def test_a_directory_name_with_quotes_and_glob_characters_is_read(tmp_path):
+    directory = tmp_path / "it's [run] *1"
+    directory.mkdir()
+    write_jsonl(directory / "requests.jsonl", request_records(3))
+    assert _concat(JsonlScan(directory / "requests.jsonl").tables()).num_rows == 3
