@@ -113,8 +113,12 @@ class JsonlScan:
         return True
 
     def _scan(self) -> Iterator[pa.Table]:
-        import duckdb
         import pyarrow as pa
+
+        try:
+            import duckdb
+        except ImportError as exc:  # installed but broken (a missing shared library)
+            raise Unproven(f"DuckDB does not import: {exc}") from None
 
         schema = requests_schema()
         columns = ", ".join(f"'{f.name}': '{_DUCKDB_TYPES[str(f.type)]}'" for f in schema)
