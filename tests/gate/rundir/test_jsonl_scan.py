@@ -136,8 +136,45 @@ def test_the_parquet_written_from_a_scan_stands_for_the_jsonl(tmp_path):
     assert first.endpoint.names == second.endpoint.names
 
 
-def test_a_directory_name_with_quotes_and_glob_characters_is_read(tmp_path):
-    directory = tmp_path / "it's [run] *1"
+def test_a_directory_name_with_a_quote_is_read(tmp_path):
+    directory = tmp_path / "it's a run"
     directory.mkdir()
     write_jsonl(directory / "requests.jsonl", request_records(3))
     assert _concat(JsonlScan(directory / "requests.jsonl").tables()).num_rows == 3
+
+
+def test_a_path_duckdb_would_glob_is_left_to_the_line_exact_reader(tmp_path):
+    # DuckDB reads `steady[1]/requests.jsonl` as a pattern that matches `steady1/`.
+    ours, sibling = tmp_path / "steady[1]", tmp_path / "steady1"
+    ours.mkdir()
+    sibling.mkdir()
+    write_jsonl(ours / "requests.jsonl", request_records(3, start=1000.0))
+    write_jsonl(sibling / "requests.jsonl", request_records(3, start=5000.0))
+    with pytest.raises(Unproven, match="glob"):
+        _concat(JsonlScan(ours / "requests.jsonl").tables())
+    assert read_requests(ours / "requests.jsonl").planned_at.min() == 1000.0
+
+
+def test_an_error_past_duckdbs_first_vector_still_names_its_line(tmp_path):
+    # Past its first 2048 rows DuckDB reports through the Arrow stream (as OSError).
+    lines = [orjson.dumps(r) for r in request_records(2200)]
+    lines[2100] = lines[2100][:100]
+    (tmp_path / "r.jsonl").write_bytes(b"\n".join(lines) + b"\n")
+    with pytest.raises(RecordsError, match=r"r.jsonl:2101: not a JSON object"):
+        read_requests(tmp_path / "r.jsonl")
+
+
+@pytest.mark.parametrize(
+    "field, text",
+    [("status", b"true"), ("status", b"200"), ("stage", b'{"a": 1}'), ("planned_at", b"NaN"),
+     ("sent_at", b"1e400"), ("done_at", b'"nan"')],
+)  # fmt: skip
+def test_values_duckdb_would_convert_but_no_writer_makes_are_left_to_the_exact_reader(
+    tmp_path, field, text
+):
+    records = request_records(3)
+    records[1][field] = "PLACEHOLDER"
+    data = b"".join(orjson.dumps(r) + b"\n" for r in records).replace(b'"PLACEHOLDER"', text)
+    (tmp_path / "r.jsonl").write_bytes(data)
+    with pytest.raises(Unproven):
+        _concat(JsonlScan(tmp_path / "r.jsonl").tables())
