@@ -7,10 +7,9 @@ load generator's own close-time writer (`loadgen.parquet.write_parquet`, timed),
 from wait4) and prints a table; writes benchmarks/results/gate.json. Rows, side by side in one run:
 
 - `parquet`: the gate reads requests.parquet (the run closed cleanly);
-- `jsonl only`: no Parquet (a crashed run): the gate parses requests.jsonl (DuckDB's scan of
-  the whole file, `gate.rundir.jsonl_scan`) and steps.jsonl and writes requests.parquet and
-  steps.parquet as it goes (removed again before every measurement);
-  the `parquet` row then reads the steps.parquet the last of these checks wrote;
+- `jsonl only`: no Parquet (a crashed run): the gate parses requests.jsonl (DuckDB's scan,
+  `gate.rundir.jsonl_scan`) and steps.jsonl and writes requests.parquet and steps.parquet as it
+  goes (removed before every measurement; the `parquet` row reads the last steps.parquet);
 - with `--old REV` also the code of git revision REV (before issue 14: `requests.columns/`, the
   hand-written mirror, and its JSONL parser), checked out with `git worktree` in a temporary
   directory and run there on the same files: `old mirror` (the mirror built by REV's own

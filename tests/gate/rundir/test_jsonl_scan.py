@@ -99,15 +99,6 @@ def test_what_the_scan_cannot_prove_is_left_to_the_line_exact_reader(tmp_path, c
         _concat(JsonlScan(path).tables())
 
 
-def test_read_requests_still_names_the_line_the_scan_could_not_prove(tmp_path):
-    records = request_records(3)
-    del records[2]["sent_at"]
-    write_jsonl(tmp_path / "r.jsonl", records)
-    with pytest.raises(RecordsError, match=r"r.jsonl:3: missing field 'sent_at'"):
-        read_requests(tmp_path / "r.jsonl")
-    assert not (tmp_path / "r.parquet").exists()
-
-
 def test_a_quoted_number_reads_as_the_number(tmp_path):
     # docs/records.md: DuckDB converts a value of another JSON type where it can.
     records = request_records(2)
