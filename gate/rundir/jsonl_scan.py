@@ -38,7 +38,7 @@ if TYPE_CHECKING:
 __all__ = ["JsonlScan", "Unproven", "available"]
 
 _BATCH_ROWS = 65_536
-_SCAN_BYTES = 32 * 1024 * 1024
+_SCAN_BYTES = 1024 * 1024
 # DuckDB's threads: its reader scales to every core; more than 4 buys little for one file.
 _THREADS = max(1, min(4, os.cpu_count() or 1))
 _GLOB_CHARACTERS = frozenset("*?[]{}")
@@ -239,12 +239,22 @@ def _as_schema(batch: pa.RecordBatch, schema: pa.Schema) -> pa.Table:
 
 def _newlines(path: Path, size: int) -> np.ndarray:
     """Byte offsets of the newlines in the first `size` bytes (numpy: without the GIL; 8 bytes
-    a line, kept so that a doubtful row's line is found without reading the file again)."""
+    a line, kept so that a doubtful row's line is found without reading the file again).
+
+    Read block by block into one reused buffer that stays in the CPU's cache between the read
+    and the search: a fresh 32 MiB block per read cost 1.4-1.8 CPU-s for 850 MB, this 0.3."""
     parts = [np.zeros(0, dtype=np.intp)]
-    with path.open("rb") as handle:
-        for offset in range(0, size, _SCAN_BYTES):
-            data = handle.read(min(_SCAN_BYTES, size - offset))
-            parts.append(np.flatnonzero(np.frombuffer(data, dtype=np.uint8) == 10) + offset)
+    block = np.empty(min(_SCAN_BYTES, max(size, 1)), dtype=np.uint8)
+    is_newline = np.empty(len(block), dtype=bool)
+    with path.open("rb", buffering=0) as handle:
+        offset = 0
+        while offset < size:
+            count = handle.readinto(memoryview(block)[: min(len(block), size - offset)])
+            if not count:
+                raise OSError(f"{path}: ended at byte {offset} of {size}")
+            np.equal(block[:count], 10, out=is_newline[:count])
+            parts.append(np.flatnonzero(is_newline[:count]) + offset)
+            offset += count
     return np.concatenate(parts)
 
 

@@ -22,7 +22,7 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from gate.rundir.arrow_views import float_values
+from gate.rundir.arrow_views import float64_array, float_values
 from gate.rundir.observer_records import RunDirError, read_jsonl
 from gate.rundir.record_schema import (
     META_SCHEMA,
@@ -241,7 +241,7 @@ def _write_parquet(
         arrays.update({f"{key}.{c}": v for c, v in getattr(columns, key).items()})
     temporary = parquet.with_name(f".{parquet.name}.{os.getpid()}.tmp")
     try:
-        table = pa.table({name: pa.array(values) for name, values in arrays.items()})
+        table = pa.table({name: float64_array(values) for name, values in arrays.items()})
         pq.write_table(table.replace_schema_metadata(stamp), temporary)
         os.replace(temporary, parquet)
     except (pa.ArrowException, OSError):

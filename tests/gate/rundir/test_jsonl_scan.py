@@ -4,6 +4,7 @@ through read_requests) where it cannot."""
 
 from __future__ import annotations
 
+import numpy as np
 import orjson
 import pyarrow as pa
 import pytest
@@ -61,6 +62,20 @@ def test_many_batches_keep_the_lines_order(tmp_path, monkeypatch):
     scanned = _concat(JsonlScan(path).tables())
     assert scanned.column("id").to_pylist() == [r["id"] for r in records]
     assert scanned.equals(_concat(JsonlRecords(path).tables()))
+
+
+@pytest.mark.parametrize("block", [1, 7, 4096])
+def test_newline_offsets_across_read_blocks(tmp_path, monkeypatch, block):
+    monkeypatch.setattr(jsonl_scan, "_SCAN_BYTES", block)
+    data = bytes(np.random.default_rng(block).choice([10, 65, 123], size=20_000))
+    path = tmp_path / "r.jsonl"
+    path.write_bytes(data)
+    expected = np.flatnonzero(np.frombuffer(data, dtype=np.uint8) == 10)
+    assert np.array_equal(jsonl_scan._newlines(path, len(data)), expected)
+    # Only the first `size` bytes (what the scan read), and a file cut short is an error.
+    assert np.array_equal(jsonl_scan._newlines(path, 999), expected[expected < 999])
+    with pytest.raises(OSError, match="ended at byte"):
+        jsonl_scan._newlines(path, len(data) + 5)
 
 
 def _lines(n: int = 4) -> list[bytes]:

@@ -2,6 +2,8 @@
 and steps.parquet all give the same columns; the Parquet copy is trusted only while its stamp
 matches the JSONL; odd files still get the exact reader's answer."""
 
+import subprocess
+import sys
 from pathlib import Path
 
 import numpy as np
@@ -78,6 +80,19 @@ def test_fast_parse_and_parquet_copy_equal_the_exact_reader(tmp_path):
         == again_notes
         == ["steps.jsonl: 1 step records missed (server ring buffer overflowed)"]
     )
+
+
+def test_writing_the_parquet_copy_does_not_import_pandas(tmp_path):
+    # pa.array of a numpy array imports pandas (0.4 s of a JSONL-only check).
+    path = _write(tmp_path / "steps.jsonl", [_step(s) for s in range(50)])
+    code = (
+        "import sys; from pathlib import Path; from gate.rundir.step_records import read_steps; "
+        f"read_steps(Path({str(path)!r}), []); print('pandas' in sys.modules)"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert out.stdout.strip() == "False"
+    assert steps_parquet_path(path).exists()
+    _same(read_steps(path, []), _exact(path))
 
 
 def test_a_stale_parquet_copy_is_not_used(tmp_path):
