@@ -22,6 +22,7 @@ PURE = [
     "loadgen.dataset",
     "loadgen.records",
     "loadgen.parquet",
+    "loadgen.jsonl_scan",
     "loadgen.percentile",
     "loadgen.load_json",
     "loadgen.batch_job",

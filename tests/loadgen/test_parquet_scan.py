@@ -1,0 +1,105 @@
+"""The close-time writer's DuckDB read (loadgen.jsonl_scan): the same requests.parquet as
+pyarrow's reader writes, and pyarrow's reader wherever the scan cannot stand (DuckDB missing or
+failing, a blank line, a path DuckDB would glob), even after the scan has written tables."""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+import numpy as np
+import pyarrow.parquet as pq
+import pytest
+from test_parquet_writer import _record
+
+from loadgen import jsonl_scan, parquet
+from loadgen.jsonl_scan import ScanFailed, scan_tables
+from loadgen.parquet import parquet_path, requests_schema, validate_parquet, write_parquet
+from loadgen.records import RecordWriter
+
+pytest.importorskip("duckdb")
+
+
+def _jsonl(path: Path, n: int = 30) -> Path:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with RecordWriter(path, parquet=False) as writer:
+        for i in range(n):
+            writer.write(_record(i))
+    return path
+
+
+def _pyarrow_only(monkeypatch: pytest.MonkeyPatch) -> None:
+    def refuse(*_args: object) -> None:
+        raise ScanFailed("test: DuckDB off")
+
+    monkeypatch.setattr(parquet, "scan_tables", refuse)
+
+
+def _written(jsonl: Path) -> tuple[object, dict]:
+    target = write_parquet(jsonl)
+    assert target is not None
+    return pq.read_table(target), pq.read_metadata(target).metadata
+
+
+def test_the_scan_writes_the_file_pyarrows_reader_writes(tmp_path, monkeypatch):
+    monkeypatch.setattr(jsonl_scan, "_BATCH_ROWS", 7)  # several tables
+    scanned = _written(_jsonl(tmp_path / "a" / "requests.jsonl"))
+    assert validate_parquet(tmp_path / "a" / "requests.jsonl") == []
+    _pyarrow_only(monkeypatch)
+    parsed = _written(_jsonl(tmp_path / "b" / "requests.jsonl"))
+    assert scanned[0].equals(parsed[0])
+    assert scanned[1] == parsed[1]
+
+
+def test_a_blank_line_leaves_the_file_to_pyarrows_reader_after_the_scan(tmp_path, monkeypatch):
+    # DuckDB skips the blank line: rows != lines, found after the scan wrote its tables.
+    monkeypatch.setattr(jsonl_scan, "_BATCH_ROWS", 5)
+    path = _jsonl(tmp_path / "a" / "requests.jsonl")
+    lines = path.read_bytes().split(b"\n")
+    path.write_bytes(b"\n".join([*lines[:12], b"", *lines[12:]]))
+    with pytest.raises(ScanFailed, match="30 rows for 31 lines"):
+        list(scan_tables(path, requests_schema(), path.stat().st_size))
+    scanned = _written(path)
+    other = tmp_path / "b" / "requests.jsonl"
+    other.parent.mkdir()
+    other.write_bytes(path.read_bytes())
+    _pyarrow_only(monkeypatch)
+    assert scanned[0].equals(_written(other)[0])
+
+
+def test_without_duckdb_the_file_is_still_written(tmp_path, monkeypatch):
+    monkeypatch.setitem(sys.modules, "duckdb", None)  # import duckdb raises ImportError
+    path = _jsonl(tmp_path / "requests.jsonl")
+    with pytest.raises(ScanFailed, match="does not import"):
+        next(scan_tables(path, requests_schema(), path.stat().st_size))
+    assert write_parquet(path) is not None and validate_parquet(path) == []
+
+
+@pytest.mark.parametrize("directory", ["steady[1]", "it's"])
+def test_odd_directory_names(tmp_path, directory):
+    # DuckDB would take steady[1] as a glob (and read steady1/): pyarrow's reader reads it.
+    path = _jsonl(tmp_path / directory / "requests.jsonl", n=3)
+    _jsonl(tmp_path / "steady1" / "requests.jsonl", n=9)
+    assert write_parquet(path) is not None and validate_parquet(path) == []
+    assert pq.read_metadata(parquet_path(path)).num_rows == 3
+
+
+def test_a_line_neither_reader_takes_leaves_no_parquet(tmp_path):
+    path = _jsonl(tmp_path / "requests.jsonl", n=4)
+    path.write_bytes(path.read_bytes().replace(b'"planned_at":102.0', b'"planned_at":"soon"'))
+    with pytest.raises(ScanFailed, match="DuckDB"):
+        list(scan_tables(path, requests_schema(), path.stat().st_size))
+    assert write_parquet(path) is None
+    assert not parquet_path(path).exists() and not list(tmp_path.glob(".*.tmp"))
+
+
+@pytest.mark.parametrize("block", [1, 7, 4096])
+def test_newlines_are_counted_across_read_blocks(tmp_path, monkeypatch, block):
+    monkeypatch.setattr(jsonl_scan, "_COUNT_BYTES", block)
+    data = bytes(np.random.default_rng(block).choice([10, 65, 123], size=20_000))
+    path = tmp_path / "r.jsonl"
+    path.write_bytes(data)
+    assert jsonl_scan._count_newlines(path, len(data)) == data.count(b"\n")
+    assert jsonl_scan._count_newlines(path, 999) == data[:999].count(b"\n")
+    with pytest.raises(OSError, match="ended at byte"):
+        jsonl_scan._count_newlines(path, len(data) + 5)
