@@ -8,6 +8,7 @@ import sys
 from pathlib import Path
 
 import numpy as np
+import orjson
 import pyarrow.parquet as pq
 import pytest
 from test_parquet_writer import _record
@@ -28,6 +29,16 @@ def _jsonl(path: Path, n: int = 30) -> Path:
     return path
 
 
+def _with_an_older_record(path: Path) -> Path:
+    # A line of an older writer: no endpoint, no chunk_tokens_source (their defaults apply).
+    lines = path.read_bytes().split(b"\n")
+    record = orjson.loads(lines[3])
+    del record["endpoint"], record["chunk_tokens_source"]
+    lines[3] = orjson.dumps(record)
+    path.write_bytes(b"\n".join(lines))
+    return path
+
+
 def _pyarrow_only(monkeypatch: pytest.MonkeyPatch) -> None:
     def refuse(*_args: object) -> None:
         raise ScanFailed("test: DuckDB off")
@@ -43,10 +54,11 @@ def _written(jsonl: Path) -> tuple[object, dict]:
 
 def test_the_scan_writes_the_file_pyarrows_reader_writes(tmp_path, monkeypatch):
     monkeypatch.setattr(jsonl_scan, "_BATCH_ROWS", 7)  # several tables
-    scanned = _written(_jsonl(tmp_path / "a" / "requests.jsonl"))
+    scanned = _written(_with_an_older_record(_jsonl(tmp_path / "a" / "requests.jsonl")))
     assert validate_parquet(tmp_path / "a" / "requests.jsonl") == []
+    assert scanned[0].column("endpoint")[3].as_py() == "chat"
     _pyarrow_only(monkeypatch)
-    parsed = _written(_jsonl(tmp_path / "b" / "requests.jsonl"))
+    parsed = _written(_with_an_older_record(_jsonl(tmp_path / "b" / "requests.jsonl")))
     assert scanned[0].equals(parsed[0])
     assert scanned[1] == parsed[1]
 
