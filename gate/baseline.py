@@ -144,10 +144,15 @@ class BaselineStore:
             data = json.loads(path.read_text(encoding="utf-8"))
         except (OSError, json.JSONDecodeError) as exc:
             raise BaselineError(f"{path}: unreadable: {exc}") from None
+        if not isinstance(data, dict):
+            raise BaselineError(f"{path}: not a baseline (expected a JSON object)")
         if data.get("schema_version") != BASELINE_SCHEMA_VERSION:
             raise BaselineError(
                 f"{path}: schema_version {data.get('schema_version')!r} is not supported"
             )
+        problem = _shape_problem(data)
+        if problem is not None:
+            raise BaselineError(f"{path}: not a baseline: {problem}")
         return Baseline(
             name=data["name"],
             created_at=data["created_at"],
@@ -158,6 +163,26 @@ class BaselineStore:
 
     def show(self, name: str) -> dict[str, Any]:
         return self.load(name).to_dict()
+
+
+def _shape_problem(data: dict[str, Any]) -> str | None:
+    """What in a parsed baseline file does not have the shape `save` writes (None: all does):
+    a hand-edited or foreign file must be refused here, not fail deep inside a comparison."""
+    for key in ("name", "created_at", "run_path"):
+        if not isinstance(data.get(key), str):
+            return f"{key!r} must be a string"
+    provenance = data.get("provenance")
+    if not isinstance(provenance, dict) or not all(
+        isinstance(v, dict) for v in provenance.values()
+    ):
+        return "'provenance' must be an object of objects"
+    measures = data.get("measures")
+    if not isinstance(measures, dict):
+        return "'measures' must be an object"
+    for key, value in measures.items():
+        if isinstance(value, bool) or not isinstance(value, int | float):
+            return f"measures[{key!r}] must be a number, got {value!r}"
+    return None
 
 
 def _measures(run: RunData, gates_file: GatesFile | None) -> dict[str, float]:

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import sys
 from collections.abc import Sequence
 from pathlib import Path
@@ -152,6 +153,8 @@ def main(argv: Sequence[str] | None = None) -> int:
             raise ConfigError(f"missing required option(s): {', '.join(missing)}")
         if args.workers < 1:
             raise ConfigError(f"--workers must be >= 1, got {args.workers}")
+        if os.path.exists(args.out) and not os.path.isdir(args.out):
+            raise ConfigError(f"--out {args.out}: not a directory")
         spec = resolve(args.profile, overrides, args.scale)
         if spec.params.get("dataset"):
             from loadgen.dataset import load_dataset

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import argparse
 import os
+import re
 import sys
 from collections.abc import Mapping
 from pathlib import Path
@@ -24,6 +25,7 @@ from gate.gates.file import load, packaged_gates_path
 from gate.gates.model import GatesFile
 from gate.gates.reader import GatesFileError
 from gate.orchestrator.presets import start_only
+from gate.orchestrator.suite import SUITE_FILE
 from gate.outputs.files import read_verdicts
 from gate.rundir.run import RunData, RunDirError, load_run
 from gate.verdicts.model import Evaluation
@@ -38,6 +40,7 @@ __all__ = [
     "load_baseline",
     "load_gates",
     "load_gates_and_preset",
+    "new_directory_in",
     "open_run",
     "output_console",
     "read_saved_verdicts",
@@ -61,18 +64,58 @@ def add_evaluation_arguments(parser: argparse.ArgumentParser) -> None:
     )
 
 
-def find_gates_file(explicit: str | None, manifest: Mapping[str, Any] | None) -> Path | None:
-    """The gates file to judge a saved run with: `explicit` (--gates), else the one the run's
-    manifest names while it still exists, else ./gates.yaml when present; None when none is."""
+def find_gates_file(
+    explicit: str | None, manifest: Mapping[str, Any] | None, run_dir: str | Path
+) -> Path | None:
+    """The gates file to judge a saved run with: `explicit` (--gates), else the copy a
+    `batchgate run` keeps beside its manifest (`run_dir/gates.yaml`), else the file the manifest
+    names; ./gates.yaml (or the packaged default) only for a run without a manifest.
+
+    The copy comes first because the manifest's path is absolute: after the run directory is
+    moved it names nothing, and in a copied run it names the original's file. A run whose
+    manifest names a gates file that is gone, with no copy beside it, is refused (exit 2):
+    judging it with whatever gates.yaml happens to be in the working directory could pass a
+    run its own gates fail."""
     if explicit:
         return Path(explicit)
     recorded = (manifest or {}).get("gates_file")
-    if recorded and Path(recorded).exists():
+    if not recorded:
+        return default_gates_path()
+    copy = Path(run_dir) / SUITE_FILE
+    if copy.is_file():
+        return copy
+    if Path(recorded).is_file():
         return Path(recorded)
-    return default_gates_path()
+    raise UsageError(
+        f"{Path(run_dir) / 'manifest.json'}: the run's gates file {recorded} is gone and "
+        f"{copy} does not exist; pass --gates FILE",
+        ExitCode.USAGE,
+    )
+
+
+# A run id is one directory name: no separator, and no leading "." (so neither "." nor "..",
+# which would put the run outside --out).
+_RUN_ID = re.compile(r"^[A-Za-z0-9_][A-Za-z0-9_.-]*$")
+
+
+def new_directory_in(out: Path, name: str | None, default: str) -> Path:
+    """`out/name` (`out/default` without a name) for a command's new run directory; a usage
+    error (2) when `out` exists but is not a directory or `name` is not a plain name."""
+    if out.exists() and not out.is_dir():
+        raise UsageError(f"{out}: not a directory (--out)", ExitCode.USAGE)
+    if name is not None and not _RUN_ID.match(name):
+        raise UsageError(
+            f"--run-id {name!r}: use letters, digits, '_', '.' and '-' (a directory name)",
+            ExitCode.USAGE,
+        )
+    return out / (name or default)
 
 
 def load_gates(path: str | Path) -> GatesFile:
+    """The gates file at `path`; a missing one is a usage error (2) as in `batchgate run`, an
+    invalid one exit 4."""
+    if not Path(path).is_file():
+        raise UsageError(f"{path}: no such gates file", ExitCode.USAGE)
     try:
         return load(path)
     except GatesFileError as exc:  # its message names the file, line and key
@@ -100,7 +143,7 @@ def read_saved_verdicts(path: Path) -> Evaluation | None:
         return None
     try:
         return read_verdicts(path)
-    except (OSError, ValueError, KeyError, TypeError) as exc:
+    except (OSError, ValueError) as exc:
         raise UsageError(f"{path}: unreadable verdicts: {exc}", ExitCode.NO_DATA) from None
 
 

@@ -16,7 +16,12 @@ from typing import Any
 from rich.console import Console
 from rich.table import Table
 
-from gate.commands._common import add_common_arguments, load_gates_and_preset, output_console
+from gate.commands._common import (
+    add_common_arguments,
+    load_gates_and_preset,
+    new_directory_in,
+    output_console,
+)
 from gate.errors import BatchgateError, ExitCode, UsageError
 from gate.orchestrator.calibration import CALIBRATION_FILE
 from gate.orchestrator.live import LiveView
@@ -50,10 +55,11 @@ def run(args: argparse.Namespace) -> int:
         return int(ExitCode.USAGE)
     try:
         gates_file, preset = load_gates_and_preset(args)
+        run_dir = new_directory_in(args.out, args.run_id, new_run_id())
     except UsageError as exc:
         err.print(f"batchgate calibrate: {exc}", markup=False)
         return int(exc.code)
-    run_dir = args.out / f"calibrate-{args.run_id or new_run_id()}"
+    run_dir = run_dir.with_name(f"calibrate-{run_dir.name}")
     config = RunConfig(
         gates_file=gates_file,
         gates_text=args.gates.read_text(encoding="utf-8"),

@@ -41,7 +41,10 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         "run_dir", metavar="RUN_DIR", help="run directory (or one profile's directory)"
     )
     parser.add_argument(
-        "--gates", metavar="FILE", help="gates file (default: the run's, else ./gates.yaml)"
+        "--gates",
+        metavar="FILE",
+        help="gates file (default: the run's own RUN_DIR/gates.yaml; ./gates.yaml for a run "
+        "without a manifest)",
     )
     add_evaluation_arguments(parser)
     parser.add_argument(
@@ -57,7 +60,7 @@ def run(args: argparse.Namespace) -> int:
         gates_file = load_gates(args.gates) if args.gates else None
         run_data = open_run(args.run_dir)
         if gates_file is None:
-            path = find_gates_file(args.gates, run_data.manifest)
+            path = find_gates_file(args.gates, run_data.manifest, run_data.path)
             if path is None:
                 raise UsageError("no gates file (pass --gates FILE)", ExitCode.USAGE)
             gates_file = load_gates(path)

@@ -1,9 +1,10 @@
 """`batchgate report RUN_DIR [--gates FILE] [--saved] [--out FILE]`: terminal report + report.html.
 
-Gets the verdicts either by re-evaluating the saved run (with `--gates`, else the gates file
-the manifest names, else ./gates.yaml; verdicts.json, junit.xml and summary.md are rewritten so
-they agree with the page) or, with `--saved` or when no gates file is found, from the run's
-verdicts.json; prints the terminal report, (re)writes report.html and exits like `check`
+Gets the verdicts either by re-evaluating the saved run (with `--gates`, else the run's own
+gates.yaml, the file the manifest names, or ./gates.yaml, as `check` picks them; verdicts.json,
+junit.xml and summary.md are rewritten so they agree with the page) or, with `--saved` or when
+no gates file is found, from the run's verdicts.json; prints the terminal report, (re)writes
+report.html and exits like `check`
 (docs/exit-codes.md). Bad input is a message and an exit code, never a traceback.
 """
 
@@ -45,7 +46,10 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     )
     parser.add_argument("run_dir", metavar="RUN_DIR", help="run directory")
     parser.add_argument(
-        "--gates", metavar="FILE", help="gates file (default: the run's, else ./gates.yaml)"
+        "--gates",
+        metavar="FILE",
+        help="gates file (default: the run's own RUN_DIR/gates.yaml; ./gates.yaml for a run "
+        "without a manifest)",
     )
     parser.add_argument(
         "--saved", action="store_true", help="use the run's verdicts.json, do not re-evaluate"
@@ -70,7 +74,9 @@ def _saved(run_dir: Path) -> Evaluation:
 def _evaluation(args: argparse.Namespace, run_dir: Path, run_data: RunData) -> Evaluation:
     if args.saved and args.gates:
         raise UsageError("--saved and --gates exclude each other", ExitCode.USAGE)
-    gates_path = None if args.saved else find_gates_file(args.gates, run_data.manifest)
+    gates_path = (
+        None if args.saved else find_gates_file(args.gates, run_data.manifest, run_data.path)
+    )
     if gates_path is None:
         return _saved(run_dir)
     gates_file = load_gates(gates_path)

@@ -16,7 +16,12 @@ from pathlib import Path
 from rich.console import Console
 
 from gate.baseline import BaselineError, BaselineStore
-from gate.commands._common import add_common_arguments, load_gates_and_preset, output_console
+from gate.commands._common import (
+    add_common_arguments,
+    load_gates_and_preset,
+    new_directory_in,
+    output_console,
+)
 from gate.errors import BatchgateError, ExitCode, UsageError
 from gate.orchestrator.live import LiveView
 from gate.orchestrator.plan import PlanError, choose_profiles, parse_sets, resolve_plans
@@ -89,6 +94,7 @@ def run(args: argparse.Namespace) -> int:
         baseline = None
         if args.baseline:
             baseline = BaselineStore(args.baseline_dir).load(args.baseline)
+        run_dir = new_directory_in(args.out, args.run_id, new_run_id())
     except UsageError as exc:
         err.print(f"batchgate run: {exc}", markup=False)
         return int(exc.code)
@@ -100,7 +106,7 @@ def run(args: argparse.Namespace) -> int:
         gates_text=args.gates.read_text(encoding="utf-8"),
         plans=tuple(plans),
         scale=args.scale,
-        run_dir=args.out / (args.run_id or new_run_id()),
+        run_dir=run_dir,
         target_url=args.target,
         preset_name=args.preset,
         preset=preset,

@@ -22,6 +22,7 @@ from gate.commands._common import (
     add_common_arguments,
     add_set_and_out_arguments,
     load_gates_and_preset,
+    new_directory_in,
     output_console,
 )
 from gate.errors import BatchgateError, ExitCode, UsageError
@@ -111,13 +112,13 @@ def run(args: argparse.Namespace) -> int:
         first_plans = resolve_plans(
             [args.profile], gates_file, scale=args.scale, extra_overrides=parse_sets(args.set)
         )
+        sweep_dir = new_directory_in(args.out, None, f"sweep-{new_run_id()}")
     except UsageError as exc:
         err.print(f"batchgate sweep: {exc}", markup=False)
         return int(exc.code)
     except PlanError as exc:
         err.print(f"batchgate sweep: {exc}", markup=False)
         return int(ExitCode.USAGE)
-    sweep_dir = args.out / f"sweep-{new_run_id()}"
     sweep_dir.mkdir(parents=True, exist_ok=True)
     view = LiveView()
     server: BundledServer | None = None

@@ -22,6 +22,7 @@ from gate.commands._common import (
     add_set_and_out_arguments,
     load_gates,
     load_gates_and_preset,
+    new_directory_in,
     output_console,
 )
 from gate.errors import BatchgateError, ExitCode, UsageError
@@ -158,6 +159,7 @@ def run(args: argparse.Namespace) -> int:
         plans = resolve_plans(
             [args.profile], gates_file, scale=args.scale, extra_overrides=overrides
         )
+        tune_dir = new_directory_in(args.out, None, f"tune-{new_run_id()}")
     except UsageError as exc:
         err.print(f"batchgate tune: {exc}", markup=False)
         return int(exc.code)
@@ -188,7 +190,6 @@ def run(args: argparse.Namespace) -> int:
         workers=args.workers,
         calibration=args.calibration,
     )
-    tune_dir = args.out / f"tune-{new_run_id()}"
     tune_dir.mkdir(parents=True, exist_ok=True)
     session = TuneSession(request, tune_dir, LiveView())
     try:

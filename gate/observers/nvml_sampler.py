@@ -46,6 +46,8 @@ class SamplerConfig:
             isinstance(self.pid, bool) or not isinstance(self.pid, int) or self.pid <= 0
         ):
             raise ObserverConfigError(f"sampler: pid must be a positive integer, got {self.pid!r}")
+        if self.out_path.is_dir():
+            raise ObserverConfigError(f"sampler: {self.out_path} is a directory, not a file")
         if self.duration_seconds is not None and not self.duration_seconds > 0:
             raise ObserverConfigError(
                 f"sampler: duration_seconds must be > 0, got {self.duration_seconds!r}"
@@ -184,12 +186,14 @@ class NvmlSampler(PeriodicObserver):
 
     # -- sampling -------------------------------------------------------------------------
     def tick(self) -> None:
-        self.sample_once()
-        if (
-            self.config.duration_seconds is not None
-            and time.monotonic() - self._started_mono >= self.config.duration_seconds
-        ):
-            self.request_stop()
+        try:
+            self.sample_once()
+        finally:  # a sample that failed (counted by the loop) must not outlive --duration
+            if (
+                self.config.duration_seconds is not None
+                and time.monotonic() - self._started_mono >= self.config.duration_seconds
+            ):
+                self.request_stop()
 
     def sample_once(self) -> list[dict[str, Any]]:
         """Takes one sample of every source, writes and returns the records."""

@@ -27,7 +27,13 @@ def write_verdicts(path: str | Path, evaluation: Evaluation) -> None:
 
 
 def read_verdicts(path: str | Path) -> Evaluation:
-    return Evaluation.from_dict(json.loads(Path(path).read_text(encoding="utf-8")))
+    """The evaluation a verdicts.json holds. Raises OSError, or ValueError for a file that is
+    not JSON or not a verdicts file of this schema (whatever field of it is of the wrong shape)."""
+    data = json.loads(Path(path).read_text(encoding="utf-8"))
+    try:
+        return Evaluation.from_dict(data)
+    except (KeyError, TypeError, AttributeError) as exc:
+        raise ValueError(f"not a verdicts file ({type(exc).__name__}: {exc})") from None
 
 
 def write_outputs(

@@ -281,15 +281,54 @@ class _ColumnBuilder:
                 return parts[0]
             return np.concatenate(parts) if parts else np.zeros(0, dtype=dtype)
 
+        floats = {name: joined(parts, np.float64) for name, parts in self.floats.items()}
+        problem = impossible_record(floats)
+        if problem is not None:
+            raise RecordsError(f"{path}: {problem}: not a measurement")
         return RequestColumns(
             path=str(path),
-            **{name: joined(parts, np.float64) for name, parts in self.floats.items()},
+            **floats,
             **{name: codes.build() for name, codes in self.codes.items()},
             itl_seconds=joined(self.gaps, np.float32),
             itl_counts=joined(self.counts, np.int64),
             partial_last_line=partial_last_line,
             notes=tuple(notes),
         )
+
+
+# (later, earlier, what a negative difference would be): on one monotonic clock (the load
+# generator's), none of these can come out negative in a real measurement.
+_ORDERED = (
+    ("first_token_at", "sent_at", "a negative TTFT"),
+    ("done_at", "sent_at", "a negative E2E"),
+    ("done_at", "first_token_at", "a stream that ended before its first token"),
+)
+
+
+def impossible_record(floats: dict[str, np.ndarray]) -> str | None:
+    """The first record whose times or counts no measurement can produce ("record N: ..."),
+    else None: a gate must not pass on a negative TTFT or a negative token count."""
+    found: list[tuple[int, str]] = []
+    for later, earlier, meaning in _ORDERED:
+        a, b = floats[later], floats[earlier]
+        with np.errstate(invalid="ignore"):  # NaN (null) compares False: nothing to check
+            index = _first(a < b)
+        if index is not None:
+            gap = b[index] - a[index]
+            found.append((index, f"{later} is {gap:.6g} s before {earlier} ({meaning})"))
+    for name in ("prompt_tokens", "output_tokens"):
+        with np.errstate(invalid="ignore"):
+            index = _first(floats[name] < 0)
+        if index is not None:
+            found.append((index, f"{name} is {floats[name][index]:g}"))
+    if not found:
+        return None
+    index, why = min(found, key=lambda item: item[0])  # the first check wins a tie
+    return f"record {index + 1}: {why}"
+
+
+def _first(bad: np.ndarray) -> int | None:
+    return int(np.argmax(bad)) if bad.any() else None
 
 
 def _itl(

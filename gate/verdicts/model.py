@@ -116,6 +116,8 @@ class Verdict:
 
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> Verdict:
+        if not isinstance(data, dict):
+            raise ValueError(f"a verdict must be a JSON object, got {data!r:.60}")
         values = {k: v for k, v in data.items() if k in cls.__dataclass_fields__}
         values["status"] = Status(values["status"])
         if values.get("interval") is not None:
@@ -164,11 +166,15 @@ class Evaluation:
 
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> Evaluation:
+        if not isinstance(data, dict):
+            raise ValueError(f"expected a JSON object, got {type(data).__name__}")
         version = data.get("schema_version")
         if version != VERDICTS_SCHEMA_VERSION:
             raise ValueError(
                 f"verdicts.json schema_version {version!r} is not {VERDICTS_SCHEMA_VERSION}"
             )
+        if not isinstance(data.get("verdicts"), list):
+            raise ValueError("'verdicts' must be a list")
         return cls(
             verdicts=[Verdict.from_dict(v) for v in data["verdicts"]],
             exit_code=ExitCode(data["exit_code"]),

@@ -92,3 +92,12 @@ def test_bad_overrides_file_is_a_usage_error(tmp_path, capsys) -> None:
     assert "must hold a JSON object" in capsys.readouterr().err
     assert main(["--profile", "steady", "--set", "novalue", "--show-profile"]) == 2
     assert "--set needs KEY=VALUE" in capsys.readouterr().err
+
+
+def test_out_naming_a_file_is_a_usage_error_before_the_target_is_probed(tmp_path, capsys) -> None:
+    out = tmp_path / "a-file"
+    out.write_text("")
+    # A closed port: had the check come after the probe, this would be "unreachable" (5).
+    argv = ["--target", "http://127.0.0.1:9", "--profile", "steady", "--out", str(out)]
+    assert main(argv) == 2
+    assert "not a directory" in capsys.readouterr().err

@@ -8,6 +8,7 @@ the run's notes, and provenance from manifest.json. It does not evaluate gates o
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import datetime as dt
 import html
@@ -167,7 +168,7 @@ def write_report(
         if saved.exists():
             try:
                 evaluation = read_verdicts(saved)
-            except (OSError, ValueError, KeyError, TypeError) as exc:
+            except (OSError, ValueError) as exc:
                 missing = f"verdicts.json is unreadable ({exc}); run `batchgate check`"
         else:
             missing = "no verdicts.json in the run directory; run `batchgate check RUN_DIR`"
@@ -178,5 +179,7 @@ def write_report(
         tmp.write_text(page, encoding="utf-8")
         os.replace(tmp, path)  # a browser never sees half a page
     except OSError as exc:
+        with contextlib.suppress(OSError):
+            tmp.unlink()  # no half-written page left beside the target
         raise ReportError(f"cannot write {path}: {exc}") from None
     return path

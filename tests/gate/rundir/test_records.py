@@ -88,3 +88,33 @@ def test_a_line_that_is_json_but_not_an_object_names_its_line(tmp_path):
     (tmp_path / "r.jsonl").write_bytes(b"\n".join(lines) + b"\n")
     with pytest.raises(RecordsError, match=r"r.jsonl:3: expected a JSON object"):
         read_requests(tmp_path / "r.jsonl")
+
+
+@pytest.mark.parametrize(
+    ("field", "shift", "message"),
+    [
+        ("first_token_at", -100.0, r"record 3: first_token_at is 100 s before sent_at"),
+        ("done_at", -1e6, r"record 3: done_at is .* before sent_at \(a negative E2E\)"),
+        ("output_tokens", None, r"record 3: output_tokens is -5"),
+    ],
+)
+def test_an_impossible_record_is_not_a_measurement(tmp_path, field, shift, message):
+    """A negative TTFT or token count would pass a latency gate; it is refused with its record,
+    from the JSONL and again from the Parquet file that read wrote."""
+    records = request_records(4)
+    if shift is None:
+        records[2][field] = -5
+    else:
+        records[2][field] = records[2]["sent_at"] + shift
+    write_jsonl(tmp_path / "r.jsonl", records)
+    for _ in range(2):
+        with pytest.raises(RecordsError, match=rf"r.jsonl: {message}.*not a measurement"):
+            read_requests(tmp_path / "r.jsonl")
+
+
+def test_equal_times_and_nulls_are_not_impossible(tmp_path):
+    records = request_records(3, status=["ok", "timeout", "ok"])
+    records[0]["first_token_at"] = records[0]["done_at"] = records[0]["sent_at"]
+    records[1]["done_at"] = None
+    write_jsonl(tmp_path / "r.jsonl", records)
+    assert read_requests(tmp_path / "r.jsonl").n == 3
