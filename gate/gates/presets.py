@@ -26,7 +26,7 @@ _PRESET_KEYS = {
     "policy": "policy",
     "max_num_seqs": "int1",
     "max_num_batched_tokens": "int1",
-    "max_prefill_chunk_tokens": "int0",
+    "max_prefill_chunk_tokens": "int1",  # the server refuses 0 (a rollback must not find out)
     "shared_queue": "bool",
     "batch_api_priority": "priority",
     "batch_max_running_with_interactive": "opt_int1",
