@@ -85,3 +85,13 @@ def test_report_without_gates_or_verdicts_judges_with_the_packaged_default(
     # data, which is "no data" (5) — judged, not a usage error.
     assert code == 5
     assert "trickle_ttft" in out and (fresh / "verdicts.json").is_file()
+
+
+def test_report_out_naming_a_directory_leaves_no_temporary_page(
+    run_dir: Path, gates: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    out = tmp_path / "a-directory"
+    out.mkdir()
+    assert main(["report", str(run_dir), "--gates", str(gates), "--out", str(out)]) == 2
+    assert f"cannot write {out}" in capsys.readouterr().err
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["a-directory", "gates.yaml"]
