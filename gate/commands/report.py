@@ -4,8 +4,8 @@ Gets the verdicts either by re-evaluating the saved run (with `--gates`, else th
 gates.yaml, the file the manifest names, or ./gates.yaml, as `check` picks them; verdicts.json,
 junit.xml and summary.md are rewritten so they agree with the page) or, with `--saved` or when
 no gates file is found, from the run's verdicts.json; prints the terminal report, (re)writes
-report.html and exits like `check`
-(docs/exit-codes.md). Bad input is a message and an exit code, never a traceback.
+report.html and exits like `check` (docs/exit-codes.md). Bad input is a message and an exit
+code, never a traceback.
 """
 
 from __future__ import annotations
