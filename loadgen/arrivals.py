@@ -9,12 +9,13 @@ know about requests, workers or clocks.
 from __future__ import annotations
 
 import random
+from collections.abc import Iterator
 from dataclasses import dataclass
 
 from loadgen.errors import ConfigError
 from loadgen.shapes import RateSchedule
 
-__all__ = ["ArrivalProcess", "generate_arrivals"]
+__all__ = ["ArrivalProcess", "generate_arrivals", "iter_arrivals"]
 
 _KINDS = ("constant", "poisson", "gamma")
 
@@ -46,20 +47,28 @@ def generate_arrivals(
     process: ArrivalProcess, schedule: RateSchedule, *, seed: int, max_arrivals: int = 5_000_000
 ) -> list[tuple[float, str]]:
     """(offset_seconds, stage) of every arrival in the schedule, in time order."""
+    out: list[tuple[float, str]] = []
+    for arrival in iter_arrivals(process, schedule, seed=seed):
+        if len(out) >= max_arrivals:
+            raise ConfigError(f"schedule would plan more than {max_arrivals} arrivals")
+        out.append(arrival)
+    return out
+
+
+def iter_arrivals(
+    process: ArrivalProcess, schedule: RateSchedule, *, seed: int
+) -> Iterator[tuple[float, str]]:
+    """The arrivals of `generate_arrivals`, one at a time (the first alone is cheap to ask)."""
     rng = random.Random(seed)
     total = schedule.expected_count
     # Constant arrivals start half a gap in so a 1 s schedule at 1 rps sends exactly once.
     count = 0.5 if process.kind == "constant" else process.unit_gap(rng)
-    out: list[tuple[float, str]] = []
     while count <= total:
-        if len(out) >= max_arrivals:
-            raise ConfigError(f"schedule would plan more than {max_arrivals} arrivals")
         t = schedule.time_for_count(count)
         if t is None:
-            break
+            return
         tick = schedule.tick(t)
         if tick is None:
-            break
-        out.append((t, tick.stage))
+            return
+        yield t, tick.stage
         count += process.unit_gap(rng)
-    return out

@@ -16,7 +16,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-from loadgen.arrivals import ArrivalProcess
+from loadgen.arrivals import ArrivalProcess, iter_arrivals
 from loadgen.errors import ConfigError
 from loadgen.job_params import job_defaults, job_stages, scale_job_lines, validate_job_params
 from loadgen.lengths import LengthDist
@@ -384,7 +384,7 @@ def resolve(name: str, overrides: dict[str, Any] | None = None, scale: str = "fu
         schedule = _rescale_rate(schedule, float(params["rate_rps"]))
     if params["mode"] == "open" and schedule.expected_count <= 0:
         raise ConfigError(f"profile {name!r} offers no requests (all rates are zero)")
-    return ProfileSpec(
+    spec = ProfileSpec(
         name=name,
         scale=scale,
         params=params,
@@ -392,6 +392,18 @@ def resolve(name: str, overrides: dict[str, Any] | None = None, scale: str = "fu
         arrival=ArrivalProcess(kind=params["arrival"], gamma_shape=float(params["gamma_shape"])),
         classes=tuple(classes),
     )
+    if (
+        spec.mode == "open"
+        and next(iter_arrivals(spec.arrival, schedule, seed=spec.seed), None) is None
+    ):
+        # Refused before anything starts: a run of no requests can only end invalid, and a
+        # load that sent nothing has no latency to report.
+        raise ConfigError(
+            f"profile {name!r} plans no request: {schedule.expected_count:.2g} expected over "
+            f"its {schedule.duration_seconds:g} s at {schedule.mean_rate_rps:.3g} req/s, and "
+            f"seed {spec.seed} draws none; lengthen duration_seconds or raise rate_rps"
+        )
+    return spec
 
 
 def _rescale_rate(schedule: RateSchedule, mean_rate_rps: float) -> RateSchedule:

@@ -101,3 +101,17 @@ def test_out_naming_a_file_is_a_usage_error_before_the_target_is_probed(tmp_path
     argv = ["--target", "http://127.0.0.1:9", "--profile", "steady", "--out", str(out)]
     assert main(argv) == 2
     assert "not a directory" in capsys.readouterr().err
+
+
+def test_a_profile_that_plans_no_request_is_a_usage_error_before_the_target_is_probed(
+    tmp_path, capsys
+) -> None:
+    # night_trickle offers 0.15 req/s: 3 s of it expects 0.45 requests and seed 0 draws none.
+    # Such a load used to run, send nothing and exit 0; it can only end invalid.
+    argv = ["--target", "http://127.0.0.1:9", "--profile", "night_trickle", "--duration", "3"]
+    assert main([*argv, "--out", str(tmp_path / "run")]) == 2
+    err = capsys.readouterr().err
+    assert "plans no request" in err and "lengthen duration_seconds or raise rate_rps" in err
+    assert not (tmp_path / "run").exists()
+    # The same schedule with a seed whose first draw lands inside it is a valid plan.
+    assert main([*argv, "--seed", "1", "--show-profile"]) == 0

@@ -97,3 +97,18 @@ def test_dataset_prompts_replace_synthetic_text(tmp_path) -> None:
     bad.write_text('{"text": 1}\n')
     with pytest.raises(ConfigError, match=r"bad\.jsonl:1"):
         build_plan(resolve("steady", {"dataset": str(bad)}, "smoke"))
+
+
+def test_an_open_loop_plan_without_arrivals_is_refused_and_one_arrival_is_enough() -> None:
+    with pytest.raises(ConfigError, match="'night_trickle' plans no request: 0.45 expected"):
+        resolve("night_trickle", {"duration_seconds": 3}, "full")
+    seeds = [
+        seed
+        for seed in range(50)
+        if build_plan(resolve("night_trickle", {"duration_seconds": 60, "seed": seed}, "full"))
+    ]
+    assert seeds == list(range(50))  # 9 expected: every seed plans some
+    # Closed loop plans no arrivals at all: users send back to back, nothing to refuse.
+    assert (
+        resolve("night_trickle", {"duration_seconds": 3, "mode": "closed"}, "full").mode == "closed"
+    )
