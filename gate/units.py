@@ -69,6 +69,13 @@ _BYTE_UNITS = {
     "gib": 1024**3,
     "tib": 1024**4,
 }
+_NOUN = {
+    UnitKind.DURATION: "time",
+    UnitKind.BYTES: "size",
+    UnitKind.COUNT: "count",
+    UnitKind.RATE: "rate",
+}
+_NEVER_NEGATIVE = tuple(_NOUN)
 _RATE_UNITS = {"/s": 1.0, "rps": 1.0, "req/s": 1.0, "tok/s": 1.0, "per_s": 1.0}
 
 _THRESHOLD_RE = re.compile(
@@ -176,6 +183,13 @@ def parse_threshold(text: object, *, kind: UnitKind) -> Threshold:
     op = match.group(1)
     number, unit = _number_and_unit(match, 2)
     value, of_total = _apply_unit(number, unit, kind, text, allow_percent_of_total=True)
+    if value < 0 and kind in _NEVER_NEGATIVE:
+        # No measured duration, size, count or rate is below zero: such a gate could never pass
+        # (<, <=, ==) or could never fail (>, >=), and either is a typo, not a limit.
+        never = "pass" if op in ("<", "<=", "==") else "fail"
+        raise UnitError(
+            f"{text!r}: a {_NOUN[kind]} is never negative, so this gate could never {never}"
+        )
     return Threshold(op=op, value=value, kind=kind, text=text.strip(), of_total=of_total)
 
 

@@ -66,3 +66,23 @@ def test_quantities_and_formatting_round_trip_for_people():
     assert format_value(0.05, UnitKind.RATIO) == "5%"
     assert format_value(None, UnitKind.RATIO) == "—"
     assert format_value(math.inf, UnitKind.DURATION) == "∞"
+
+
+@pytest.mark.parametrize(
+    ("text", "kind", "never"),
+    [
+        ("< -1s", UnitKind.DURATION, "a time is never negative, so this gate could never pass"),
+        ("<= -5ms", UnitKind.DURATION, "could never pass"),
+        ("== -1", UnitKind.COUNT, "a count is never negative, so this gate could never pass"),
+        ("> -3/s", UnitKind.RATE, "a rate is never negative, so this gate could never fail"),
+        (">= -2GiB", UnitKind.BYTES, "a size is never negative, so this gate could never fail"),
+    ],
+)
+def test_a_negative_limit_on_a_quantity_that_is_never_negative_is_refused(text, kind, never):
+    with pytest.raises(UnitError, match=never):
+        parse_threshold(text, kind=kind)
+
+
+def test_zero_and_minus_zero_limits_stay_valid():
+    assert parse_threshold("== 0", kind=UnitKind.COUNT).value == 0
+    assert parse_threshold("<= -0s", kind=UnitKind.DURATION).value == 0
