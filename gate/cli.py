@@ -51,6 +51,13 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
+def _command_parser(parser: argparse.ArgumentParser, name: str | None) -> argparse.ArgumentParser:
+    for action in parser._actions:  # argparse keeps its subparsers nowhere public
+        if isinstance(action, argparse._SubParsersAction) and name in action.choices:
+            return action.choices[name]
+    return parser
+
+
 # Verbs whose every argument belongs to another program: argparse would take `--port 8000` or
 # `--help` for its own, so they are handed over before parsing.
 PASS_THROUGH = ("serve", "load")
@@ -62,7 +69,13 @@ def main(argv: Sequence[str] | None = None) -> int:
         module = importlib.import_module(f"gate.commands.{words[0]}")
         return int(module.exec_with(words[1:]))
     parser = build_parser()
-    args = parser.parse_args(words)
+    args, unknown = parser.parse_known_args(words)
+    if unknown:
+        # argparse reports a subcommand's unknown flag from the top parser, with the top usage
+        # line; the command's own usage says what it does take.
+        _command_parser(parser, getattr(args, "command", None)).error(
+            f"unrecognized arguments: {' '.join(unknown)}"
+        )
     if not getattr(args, "func", None):
         parser.print_help(sys.stderr)
         return int(ExitCode.USAGE)

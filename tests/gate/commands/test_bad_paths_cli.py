@@ -132,3 +132,15 @@ def test_the_sampler_refuses_a_directory_at_once(tmp_path, capsys):
     assert main(["sample", "--pid", "1", "--out", str(tmp_path), "--duration", "1"]) == 2
     assert time.monotonic() - started < 5  # it used to sample (and fail) forever
     assert "is a directory" in capsys.readouterr().err
+
+
+def test_an_unknown_flag_of_a_command_is_reported_with_that_commands_usage(tmp_path, capsys):
+    with pytest.raises(SystemExit) as caught:
+        main(["check", str(tmp_path), "--bogus"])
+    assert caught.value.code == 2
+    err = capsys.readouterr().err
+    assert err.startswith("usage: batchgate check ")  # not the top-level "batchgate COMMAND"
+    assert "batchgate check: error: unrecognized arguments: --bogus" in err
+    with pytest.raises(SystemExit):
+        main(["--bogus"])
+    assert "usage: batchgate [-h] COMMAND" in capsys.readouterr().err
