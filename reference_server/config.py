@@ -14,7 +14,14 @@ from typing import Any
 
 from reference_server.errors import ConfigError
 
-__all__ = ["ITERATION_POLICIES", "POLICIES", "BatchingConfig", "ClassConfig", "EngineConfig"]
+__all__ = [
+    "ITERATION_POLICIES",
+    "POLICIES",
+    "BatchingConfig",
+    "ClassConfig",
+    "EngineConfig",
+    "integer_problem",
+]
 
 POLICIES: tuple[str, ...] = ("continuous", "dynamic", "static", "slo")
 # Policies that admit per iteration (no batch membership): slo is continuous with a step budget.
@@ -23,9 +30,17 @@ DEVICES: tuple[str, ...] = ("auto", "cpu", "cuda")
 DTYPES: tuple[str, ...] = ("float32", "bfloat16", "float16")
 
 
+def integer_problem(value: Any, shown: str) -> str:
+    """Why `value` (from JSON) is not an integer; `shown` is how to name what was given."""
+    if isinstance(value, float) and value.is_integer() and abs(value) >= 2**63:
+        # orjson reads an integer past 64 bits as a float: the body held a whole number.
+        return f"must be an integer of at most 64 bits, got {value:.6g}"
+    return f"must be an integer, got {shown}"
+
+
 def _int(name: str, value: Any, *, minimum: int) -> None:
     if isinstance(value, bool) or not isinstance(value, int):
-        raise ConfigError(name, f"must be an integer, got {value!r}")
+        raise ConfigError(name, integer_problem(value, repr(value)))
     if value < minimum:
         raise ConfigError(name, f"must be >= {minimum}, got {value}")
 

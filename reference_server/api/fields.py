@@ -12,6 +12,7 @@ from collections.abc import Iterable
 from typing import Any
 
 from reference_server.api.errors import APIError
+from reference_server.config import integer_problem
 
 __all__ = ["BodyReader", "UnknownFields", "is_token_id", "type_name"]
 
@@ -75,7 +76,7 @@ class BodyReader:
         if value is None:
             return default
         if isinstance(value, bool) or not isinstance(value, int):
-            raise APIError.invalid(self.path(name), f"must be an integer, got {type_name(value)}")
+            raise APIError.invalid(self.path(name), integer_problem(value, type_name(value)))
         _check_range(self.path(name), value, low, high)
         return value
 

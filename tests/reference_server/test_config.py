@@ -118,3 +118,9 @@ def test_engine_passes_the_resolved_thread_count_to_the_runner(monkeypatch):
         with pytest.raises(Stop):
             engine_module.Engine(EngineConfig(device="cpu", torch_num_threads=threads))
     assert seen == [3, 2]  # auto on 4 cores: 3; an explicit count passes through
+
+
+def test_an_integer_past_64_bits_from_json_is_named_as_such():
+    with pytest.raises(ConfigError, match="at most 64 bits, got 1e\\+20") as info:
+        EngineConfig.from_dict({"batching": {"max_num_seqs": 1e20}})
+    assert info.value.field == "batching.max_num_seqs"

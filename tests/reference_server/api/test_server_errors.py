@@ -148,3 +148,16 @@ def test_a_full_class_queue_answers_429_with_retry_after(server, client):
             error = assert_error(response, 429)
             assert error["code"] == "queue_full"
             assert int(response.headers["Retry-After"]) >= 1
+
+
+def test_an_integer_past_64_bits_is_named_as_such_not_as_a_number(client):
+    # The JSON parser reads 10**20 as a float; the message says what the client sent.
+    raw = b'{"prompt": "x", "max_tokens": 100000000000000000000}'
+    error = assert_error(
+        client.post("/v1/completions", content=raw, headers={"content-type": "application/json"}),
+        400,
+        "max_tokens",
+    )
+    assert "must be an integer of at most 64 bits, got 1e+20" in error["message"]
+    fraction = assert_error(client.post("/v1/completions", json={"prompt": "x", "seed": 1.5}), 400)
+    assert "must be an integer, got number" in fraction["message"]
