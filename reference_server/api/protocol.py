@@ -223,6 +223,10 @@ def _finish(
         include_usage = options.boolean("include_usage")
         # As vLLM: per-chunk usage only when the usage chunk itself was asked for.
         continuous_usage = options.boolean("continuous_usage_stats") and include_usage
+    if reader.raw("stream_options") and not stream:
+        # As OpenAI and vLLM: options of a stream that is not one were a client's mistake (the
+        # usage it asked for would silently not come in the form it expects).
+        raise APIError.invalid("stream_options", "can only be given when stream is true")
     room = limits.max_model_len - len(prompt)
     if room < 1:
         raise APIError.invalid(

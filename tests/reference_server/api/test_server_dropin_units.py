@@ -66,6 +66,7 @@ def test_unknown_fields_are_collected_with_their_paths_when_not_strict():
             ],
             "zeta": 1,
             "alpha": None,
+            "stream": True,
             "stream_options": {"include_usage": True, "extra": True},
         }
     )

@@ -161,3 +161,15 @@ def test_an_integer_past_64_bits_is_named_as_such_not_as_a_number(client):
     assert "must be an integer of at most 64 bits, got 1e+20" in error["message"]
     fraction = assert_error(client.post("/v1/completions", json={"prompt": "x", "seed": 1.5}), 400)
     assert "must be an integer, got number" in fraction["message"]
+
+
+def test_stream_options_without_a_stream_are_refused_as_openai_and_vllm_do(client):
+    for path, base in (("/v1/completions", {"prompt": "x"}), ("/v1/chat/completions",
+                                                              {"messages": MESSAGES})):  # fmt: skip
+        body = {**base, "max_tokens": 2, "stream_options": {"include_usage": True}}
+        error = assert_error(client.post(path, json=body), 400, "stream_options")
+        assert "can only be given when stream is true" in error["message"]
+        assert_error(client.post(path, json={**body, "stream": False}), 400, "stream_options")
+        # Empty or null options ask for nothing: accepted, as vLLM does.
+        for empty in ({}, None):
+            assert client.post(path, json={**body, "stream_options": empty}).status_code == 200
