@@ -10,9 +10,10 @@ Run: .venv/bin/python benchmarks/bench_server.py [--device cpu] [--requests 32] 
    side; the requests are sent at once as streaming /v1/completions (token-id prompts,
    ignore_eos, seeded), and output tokens come from the final usage chunk. Ratio = best HTTP
    tokens/s / best offline tokens/s, and beside it the median and range of each round's HTTP run
-   over the same round's offline run. Meanwhile a separate process fetches /health and /metrics in
-   turn every 50 ms: their p99 (over the probes of all runs together) is what a liveness probe
-   and a scrape see while the engine is saturated.
+   over the same round's offline run, and each side's wall time split by the engine's step
+   records (step_breakdown.py: forward passes, time between steps, the edges). Meanwhile a
+   separate process fetches /health and /metrics in turn every 50 ms: their p99 (over the probes
+   of all runs together) is what a liveness probe and a scrape see while the engine is saturated.
 3. Low load: requests one at a time; client TTFT = request sent -> first content chunk;
    server TTFT = the server's batchgate_ttft_seconds histogram (sum/count over the same window).
 Prints a table and writes benchmarks/results/server.json.
@@ -44,6 +45,7 @@ sys.path.insert(0, str(REPO_ROOT))
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from raw_stream import has_content, stream_completion  # noqa: E402
+from step_breakdown import breakdown, fetch_steps, latest_seq, side_by_side  # noqa: E402
 
 from reference_server.config import BatchingConfig, EngineConfig  # noqa: E402
 from reference_server.engine import Engine  # noqa: E402
@@ -74,12 +76,16 @@ def run_offline(
         params = SamplingParams(max_tokens=max_tokens, ignore_eos=True, seed=index)
         engine.add_request(f"r{index}", prompt, params)
     tokens = 0
+    records = []
     while engine.has_unfinished():
         result = engine.step()
         tokens += sum(len(o.new_token_ids) for o in result.outputs)
+        records.append(result.record)
     elapsed = time.perf_counter() - started
     engine.close()
-    return {"output_tokens": tokens, "seconds": elapsed, "tokens_per_second": tokens / elapsed}
+    steps = breakdown([r.to_dict() for r in records if r is not None], elapsed, len(prompts))
+    return {"output_tokens": tokens, "seconds": elapsed, "tokens_per_second": tokens / elapsed,
+            "steps": steps}  # fmt: skip
 
 
 def run_offline_process(args: argparse.Namespace) -> dict:
@@ -110,7 +116,6 @@ def start_server(
 ) -> tuple[subprocess.Popen, str]:
     workdir.mkdir(parents=True, exist_ok=True)
     port_file = workdir / "port"
-    log = open(workdir / "server.log", "wb")  # noqa: SIM115 - lives as long as the server
     command = [
         sys.executable, "-m", "reference_server", "--port", "0", "--port-file", str(port_file),
         "--device", args.device, "--max-num-seqs", str(args.max_num_seqs),
@@ -118,10 +123,11 @@ def start_server(
         "--engine-core", engine_core, *getattr(args, "extra_server_args", ()),
     ]  # fmt: skip
     env = {**os.environ, "OMP_NUM_THREADS": str(args.torch_threads)}
-    process = subprocess.Popen(
-        command, cwd=REPO_ROOT, stdout=log, stderr=subprocess.STDOUT, env=env,
-        preexec_fn=lambda: _renice_to(0),
-    )  # fmt: skip
+    with open(workdir / "server.log", "wb") as log:  # the child keeps its own descriptor
+        process = subprocess.Popen(
+            command, cwd=REPO_ROOT, stdout=log, stderr=subprocess.STDOUT, env=env,
+            preexec_fn=lambda: _renice_to(0),
+        )  # fmt: skip
     deadline = time.monotonic() + 300
     with httpx.Client(timeout=2) as client:
         while time.monotonic() < deadline:
@@ -217,6 +223,7 @@ async def run_http(url: str, prompts: list[list[int]], max_tokens: int) -> dict:
                 "stream": True, "stream_options": {"include_usage": True}}  # fmt: skip
 
     await stream_completion(host, int(port), body(prompts[0], 4, 0))  # warm-up
+    before = latest_seq(url)
     prober = probe_process(url)
     started = time.perf_counter()
     results = await asyncio.gather(
@@ -224,11 +231,12 @@ async def run_http(url: str, prompts: list[list[int]], max_tokens: int) -> dict:
     )
     elapsed = time.perf_counter() - started
     probes = stop_probe(prober)
+    steps = breakdown(fetch_steps(url, before), elapsed, len(prompts))
     health, metrics = probes["/health"], probes["/metrics"]
     tokens = sum(r["output_tokens"] for r in results)
     return {"output_tokens": tokens, "seconds": elapsed, "tokens_per_second": tokens / elapsed,
             "health_p99_ms": _p99_ms(health), "metrics_p99_ms": _p99_ms(metrics),
-            "probes": len(health) + len(metrics),
+            "probes": len(health) + len(metrics), "steps": steps,
             "health_seconds": health, "metrics_seconds": metrics}  # fmt: skip
 
 
@@ -401,6 +409,14 @@ def main() -> int:
         ("same-round ratios: median (min-max)",
          lambda p: f"{statistics.median(paired[p]):.3f} ({paired[p][0]:.2f}-{paired[p][-1]:.2f})"),
         ("output tokens per run", lambda p: f"{best[p]['output_tokens']}"),
+        # The best runs' wall time split by their step records (step_breakdown.py).
+        ("engine steps, offline / HTTP", lambda p: side_by_side(offline, best[p], "steps", "{:d}")),
+        ("forward ms per full step, offline / HTTP",
+         lambda p: side_by_side(offline, best[p], "full_step_forward_ms_median", "{:.2f}")),
+        ("s between steps, offline / HTTP",
+         lambda p: side_by_side(offline, best[p], "between_steps_seconds", "{:.3f}")),
+        ("s before first + after last step, off / HTTP",
+         lambda p: side_by_side(offline, best[p], "edges_seconds", "{:.3f}")),
         (f"/health p99 under load (ms, <= {TARGET_PROBE_P99_MS:g})",
          lambda p: _fmt(pooled[p]["health_p99_ms"])),
         (f"/metrics p99 under load (ms, <= {TARGET_PROBE_P99_MS:g})",
