@@ -66,6 +66,10 @@ def client(
         values = shared(("formula", metric), formulas[metric])
         values = values[mask]
         return Samples(values=values[~np.isnan(values)])
+    if not mask.any():
+        # A count, share or rate of nothing: "0 errors" in a scope that holds no request would
+        # pass an `== 0` gate on no evidence.
+        return NoData(reason="empty scope: no requests")
     seconds = scope_seconds(profile, scope, window)
     if metric == "output_tokens":
         tokens = np.nan_to_num(req.output_tokens[mask & ok])

@@ -8,6 +8,7 @@ measurements, saying which metric the target does not expose; it does not judge.
 
 from __future__ import annotations
 
+import itertools
 import math
 from typing import TYPE_CHECKING, Any
 
@@ -45,10 +46,17 @@ def _scrapes_in(
     return [s for s in scrapes if lo - 1.0 <= float(s.get("t", math.nan)) <= hi + 1.0]
 
 
+class _CounterReset(Exception):
+    """A counter went down between two scrapes: the target restarted (or reset it), and what
+    it counted before the reset is lost, so no change over the window can be trusted."""
+
+
 def _counter_delta(scrapes: list[dict[str, Any]], name: str) -> float | None:
     values = [
         s["metrics"][name] for s in scrapes if isinstance(s["metrics"].get(name), (int, float))
     ]
+    if any(later < earlier for earlier, later in itertools.pairwise(values)):
+        raise _CounterReset(f"{name} went down between scrapes (did the target restart?)")
     return float(values[-1] - values[0]) if len(values) >= 2 else None
 
 
@@ -60,6 +68,8 @@ def _histogram(scrapes: list[dict[str, Any]], name: str) -> Histogram | None:
     keys = sorted(last, key=lambda le: float(le))
     bounds = np.array([float(k) for k in keys])
     cumulative = np.array([float(last[k]) - float(first.get(k, 0.0)) for k in keys])
+    if (cumulative < 0).any():
+        raise _CounterReset(f"{name} buckets went down between scrapes (did the target restart?)")
     total_sum = float(hists[-1].get("sum", 0.0)) - float(hists[0].get("sum", 0.0))
     return Histogram(bounds=bounds, cumulative=cumulative, total_sum=total_sum)
 
@@ -91,7 +101,10 @@ def server(
         if metric == "step_latency" and has_steps:
             return Samples(values=steps.duration_seconds[step_mask])
         name = "step_duration_seconds" if metric == "step_latency" else "ttft_seconds"
-        hist = _histogram(scrapes, name)
+        try:
+            hist = _histogram(scrapes, name)
+        except _CounterReset as exc:
+            return NoData(reason=str(exc))
         return (
             hist
             if hist is not None
@@ -103,13 +116,27 @@ def server(
             prefill = float(steps.num_prefill_tokens[step_mask].sum())
             preemptions: float | None = float(steps.num_preemptions[step_mask].sum())
         else:
-            recomputed = _counter_delta(scrapes, "recomputed_tokens_total")
-            prefill = _counter_delta(scrapes, "prefill_tokens_total")
-            preemptions = _counter_delta(scrapes, "preemptions_total")
+            # Only the counters this metric reads: a reset of another says nothing about it.
+            names = (
+                ("recomputed_tokens_total", "prefill_tokens_total")
+                if metric == "recompute_ratio"
+                else ("preemptions_total",)
+            )
+            try:
+                deltas = {name: _counter_delta(scrapes, name) for name in names}
+            except _CounterReset as exc:
+                return NoData(reason=str(exc))
+            recomputed = deltas.get("recomputed_tokens_total")
+            prefill = deltas.get("prefill_tokens_total")
+            preemptions = deltas.get("preemptions_total")
         if metric == "recompute_ratio":
             if recomputed is None or prefill is None:
                 return NoData(reason=_unavailable(profile, "recomputed_tokens_total"))
-            return Scalar(value=recomputed / prefill if prefill > 0 else 0.0)
+            if prefill <= 0:
+                # Recomputation is prefill work: with none in the window the share is undefined
+                # (0/0), and recomputed tokens without prefill are not a measurement.
+                return NoData(reason=f"no prefill tokens in the window ({recomputed:g} recomputed)")
+            return Scalar(value=recomputed / prefill)
         if preemptions is None:
             return NoData(reason=_unavailable(profile, "preemptions_total"))
         if metric == "preemptions":
@@ -119,7 +146,9 @@ def server(
                 window_seconds=scope_seconds(profile, scope, window),
             )
         sent = 0 if profile.requests is None else int(request_mask(profile, scope, window).sum())
-        return Scalar(value=preemptions / sent if sent else 0.0, n=sent)
+        if not sent:
+            return NoData(reason="empty scope: no requests to share the preemptions among")
+        return Scalar(value=preemptions / sent, n=sent)
     if metric == "kv_usage":
         if has_steps:
             total = steps.num_kv_blocks_total[step_mask]
@@ -135,10 +164,17 @@ def server(
         if has_steps and getattr(steps, step_key):
             per_class = getattr(steps, step_key)
             chosen = [c for c in per_class if scope.priority is None or c in scope.priority]
+            if not chosen:
+                return NoData(reason=_no_class(step_key, scope.priority, per_class))
             values = sum((per_class[c][step_mask] for c in chosen), np.zeros(int(step_mask.sum())))
             return Series(values=values)
         return _gauge(scrapes, scrape_key, scope.priority, profile)
     raise ValueError(f"not a server metric: {metric}")  # pragma: no cover - glossary is closed
+
+
+def _no_class(name: str, classes: tuple[str, ...] | None, reported: Any) -> str:
+    listed = ", ".join(sorted(map(str, reported))) or "none"
+    return f"the target reports {name} for no class in {', '.join(classes or ())} (only: {listed})"
 
 
 def _gauge(
@@ -148,9 +184,11 @@ def _gauge(
     for scrape in scrapes:
         value = scrape["metrics"].get(name)
         if isinstance(value, dict):
-            values.append(
-                sum(float(v) for c, v in value.items() if classes is None or c in classes)
-            )
+            chosen = [float(v) for c, v in value.items() if classes is None or c in classes]
+            if not chosen:
+                # A class the target does not report is not an empty queue: 0 would pass.
+                return NoData(reason=_no_class(name, classes, value))
+            values.append(sum(chosen))
         elif isinstance(value, (int, float)):
             if classes is not None:
                 return NoData(reason=f"the target reports {name} without priority classes")

@@ -251,3 +251,80 @@ def test_sampler_records_lacking_a_field_or_sampling_nothing_read_like_the_other
     assert isinstance(memory, Series)
     np.testing.assert_array_equal(memory.values, [1e9, 2e9, 3e9, 4e9])
     np.testing.assert_array_equal(memory.totals, [8e9, 8e9, np.nan, 8e9])
+
+
+def test_counts_and_rates_of_an_empty_scope_are_no_data_not_zero(tmp_path):
+    # Every request failed, none is in the batch class: "0 errors in batch" is no evidence.
+    write_profile(tmp_path, "steady", request_records(50, status="http_error", http_status=503))
+    batch = Scope(priority=("batch",))
+    for metric, statistic in (("errors", "count"), ("http_5xx", "rate"), ("requests", "rate"),
+                              ("errors", "mean"), ("output_tokens", "rate")):  # fmt: skip
+        empty = _measure(tmp_path, metric, statistic, scope=batch)
+        assert isinstance(empty, NoData) and empty.reason == "empty scope: no requests"
+    assert _measure(tmp_path, "errors", "count").hits == 50
+
+
+def _scraped(values_by_name):
+    names = list(values_by_name)
+    count = len(values_by_name[names[0]])
+    return [
+        {"t": WALL0 + 0.1 * i, "phase": "poll", "ok": True,
+         "metrics": {name: values_by_name[name][i] for name in names}}
+        for i in range(count)
+    ]  # fmt: skip
+
+
+def test_a_counter_that_went_down_is_no_data_for_the_metrics_that_read_it(tmp_path):
+    scrapes = _scraped({
+        "recomputed_tokens_total": [5000, 9000, 10],
+        "prefill_tokens_total": [10000, 12000, 20],
+        "preemptions_total": [1, 2, 3],
+        "step_duration_seconds": [
+            {"buckets": {"0.1": 10, "+Inf": 10}, "sum": 0.5},
+            {"buckets": {"0.1": 20, "+Inf": 20}, "sum": 1.0},
+            {"buckets": {"0.1": 2, "+Inf": 2}, "sum": 0.1},
+        ],
+    })  # fmt: skip
+    write_profile(tmp_path, "steady", request_records(50), scrapes=scrapes)
+    ratio = _measure(tmp_path, "recompute_ratio", "final")
+    assert isinstance(ratio, NoData) and "recomputed_tokens_total went down" in ratio.reason
+    assert _measure(tmp_path, "preemptions", "delta").hits == 2  # its own counter is whole
+    steps = _measure(tmp_path, "step_latency", "p99")
+    assert isinstance(steps, NoData) and "step_duration_seconds buckets went down" in steps.reason
+
+
+def test_a_recompute_ratio_without_prefill_is_no_data_not_zero(tmp_path):
+    steps = step_records([0.01] * 4, used=30, total=100)
+    for s in steps:
+        s.update(num_recomputed_tokens=1250, num_prefill_tokens=0)
+    write_profile(tmp_path, "steady", request_records(50), steps=steps)
+    ratio = _measure(tmp_path, "recompute_ratio", "final")
+    assert (
+        isinstance(ratio, NoData)
+        and ratio.reason == "no prefill tokens in the window (5000 recomputed)"
+    )
+
+
+def test_a_priority_class_the_target_does_not_report_is_no_data_not_an_empty_queue(tmp_path):
+    scrapes = _scraped({"num_requests_waiting": [{"default": 500}, {"default": 400}]})
+    write_profile(tmp_path, "steady", request_records(50), scrapes=scrapes)
+    interactive = Scope(priority=("interactive",))
+    queue = _measure(tmp_path, "queue_length", "peak", scope=interactive)
+    assert (
+        isinstance(queue, NoData) and "for no class in interactive (only: default)" in queue.reason
+    )
+    assert _measure(tmp_path, "queue_length", "peak").values == pytest.approx([500, 400])
+    steps = step_records([0.01] * 4, used=30, total=100)
+    for s in steps:
+        s.update(num_waiting={"default": 7}, num_running={"default": 1})
+    write_profile(tmp_path, "steady", request_records(50), steps=steps)
+    from_steps = _measure(tmp_path, "queue_length", "peak", scope=interactive)
+    assert isinstance(from_steps, NoData) and "(only: default)" in from_steps.reason
+
+
+def test_preemptions_per_request_of_an_empty_scope_is_no_data(tmp_path):
+    steps = step_records([0.01] * 4, used=30, total=100)
+    write_profile(tmp_path, "steady", request_records(50), steps=steps)
+    per_request = _measure(tmp_path, "preemptions_per_request", "final",
+                           scope=Scope(priority=("batch",)))  # fmt: skip
+    assert isinstance(per_request, NoData)
