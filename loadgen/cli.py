@@ -20,7 +20,7 @@ from typing import Any
 from loadgen.config import RunConfig
 from loadgen.errors import ConfigError, TargetUnreachableError
 from loadgen.probe import probe_continuous_usage, probe_target
-from loadgen.profiles import CONTINUOUS_USAGE, PROFILES, SCALES, resolve
+from loadgen.profiles import CONTINUOUS_USAGE, PROFILES, SCALES, check_plans_requests, resolve
 
 __all__ = ["build_parser", "main"]
 
@@ -156,6 +156,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         if os.path.exists(args.out) and not os.path.isdir(args.out):
             raise ConfigError(f"--out {args.out}: not a directory")
         spec = resolve(args.profile, overrides, args.scale)
+        check_plans_requests(spec)
         if spec.params.get("dataset"):
             from loadgen.dataset import load_dataset
 

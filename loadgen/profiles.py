@@ -384,7 +384,7 @@ def resolve(name: str, overrides: dict[str, Any] | None = None, scale: str = "fu
         schedule = _rescale_rate(schedule, float(params["rate_rps"]))
     if params["mode"] == "open" and schedule.expected_count <= 0:
         raise ConfigError(f"profile {name!r} offers no requests (all rates are zero)")
-    spec = ProfileSpec(
+    return ProfileSpec(
         name=name,
         scale=scale,
         params=params,
@@ -392,18 +392,20 @@ def resolve(name: str, overrides: dict[str, Any] | None = None, scale: str = "fu
         arrival=ArrivalProcess(kind=params["arrival"], gamma_shape=float(params["gamma_shape"])),
         classes=tuple(classes),
     )
-    if (
-        spec.mode == "open"
-        and next(iter_arrivals(spec.arrival, schedule, seed=spec.seed), None) is None
-    ):
-        # Refused before anything starts: a run of no requests can only end invalid, and a
-        # load that sent nothing has no latency to report.
-        raise ConfigError(
-            f"profile {name!r} plans no request: {schedule.expected_count:.2g} expected over "
-            f"its {schedule.duration_seconds:g} s at {schedule.mean_rate_rps:.3g} req/s, and "
-            f"seed {spec.seed} draws none; lengthen duration_seconds or raise rate_rps"
-        )
-    return spec
+
+
+def check_plans_requests(spec: ProfileSpec) -> None:
+    """Raise ConfigError when an open-loop `spec` plans no request at all: such a load could
+    only send nothing and end invalid. Not part of `resolve`, which also validates profiles
+    whose rates are placeholders until a calibration (`batchgate run`)."""
+    schedule = spec.schedule
+    if spec.mode != "open" or next(iter_arrivals(spec.arrival, schedule, seed=spec.seed), None):
+        return
+    raise ConfigError(
+        f"profile {spec.name!r} plans no request: {schedule.expected_count:.2g} expected over "
+        f"its {schedule.duration_seconds:g} s at {schedule.mean_rate_rps:.3g} req/s, and seed "
+        f"{spec.seed} draws none; lengthen duration_seconds or raise rate_rps"
+    )
 
 
 def _rescale_rate(schedule: RateSchedule, mean_rate_rps: float) -> RateSchedule:
