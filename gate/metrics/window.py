@@ -61,7 +61,9 @@ def window_of(profile: ProfileData, *, warmup_seconds: float | None) -> Window |
 def request_mask(profile: ProfileData, scope: Scope, window: Window) -> np.ndarray:
     req = profile.requests
     assert req is not None  # callers check
-    mask = req.planned_at >= window.start
+    # Both ends: the load plans nothing after its window's end, so a record planned later is
+    # not of this measurement (a records file with another load's lines appended).
+    mask = (req.planned_at >= window.start) & (req.planned_at <= window.end)
     for key in ("stage", "priority", "length_class", "endpoint"):
         part = getattr(req, key).mask(getattr(scope, key))
         if part is not None:

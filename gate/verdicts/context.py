@@ -90,12 +90,15 @@ class JudgeContext:
         load = profile.load
         if load is None:
             return "load.json missing: the measurement's validity is unknown"
-        if load.get("ended", "completed") != "completed":
+        for field in ("ended", "measurement_valid"):
+            if field not in load:  # the load generator always writes both
+                return f"load.json has no {field!r}: the measurement's validity is unknown"
+        if load.get("ended") != "completed":
             return f"load ended {load.get('ended')!r}"
-        if load.get("measurement_valid") is False:
+        if load.get("measurement_valid") is not True:
             reasons = "; ".join(load.get("invalid_reasons") or []) or "no reason given"
             return f"measurement invalid: {reasons}"
-        return None
+        return _lost_records(profile, load)
 
     def measure(self, gate: Gate, profile: ProfileData, scope: Scope) -> Measurement:
         warmup = (
@@ -124,6 +127,21 @@ class JudgeContext:
         if key is not None:
             self.last_key, self.last = key, measurement
         return measurement
+
+
+def _lost_records(profile: ProfileData, load: dict[str, Any]) -> str | None:
+    """load.json counts every record the load generator wrote (`counts_by_status`): a records
+    file holding fewer lost some (a gate would judge the survivors), one holding more mixes in
+    records of another load."""
+    counted = load.get("counts_by_status")
+    if not isinstance(counted, dict) or profile.requests is None:
+        return None
+    expected = sum(v for v in counted.values() if isinstance(v, int) and not isinstance(v, bool))
+    found = profile.requests.n
+    if found == expected:
+        return None
+    why = "records were lost" if found < expected else "records of another load are mixed in"
+    return f"the request records hold {found} requests, load.json counted {expected}: {why}"
 
 
 def make_verdict(
