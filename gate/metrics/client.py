@@ -54,9 +54,14 @@ def client(
         return Samples(values=_itl_in(req, mask))
     if metric == "recovery_time":
         return _recovery(profile, slos)
+    # A request that timed out or was cancelled before its first token waited at least until
+    # it ended: left out, a TTFT gate would judge only the requests that were served in time.
+    unserved = shared(("unserved",), lambda: _unserved(req))
     formulas = {
-        "ttft": lambda: req.first_token_at - req.sent_at,
-        "ttft_from_planned": lambda: req.first_token_at - req.planned_at,
+        "ttft": lambda: _waited(req.first_token_at, req.sent_at, req.done_at, unserved),
+        "ttft_from_planned": lambda: _waited(
+            req.first_token_at, req.planned_at, req.done_at, unserved
+        ),
         "e2e": lambda: np.where(ok, req.done_at - req.sent_at, np.nan),
         "e2e_from_planned": lambda: np.where(ok, req.done_at - req.planned_at, np.nan),
         "tpot": lambda: tpot(req.first_token_at, req.done_at, req.output_tokens, ok),
@@ -65,7 +70,13 @@ def client(
     if metric in formulas:
         values = shared(("formula", metric), formulas[metric])
         values = values[mask]
-        return Samples(values=values[~np.isnan(values)])
+        note = None
+        if metric.startswith("ttft") and (waited := int(np.count_nonzero(unserved & mask))):
+            note = (
+                f"{waited} requests timed out or were cancelled before a first token: counted "
+                "with the time they waited (a lower bound)"
+            )
+        return Samples(values=values[~np.isnan(values)], note=note)
     if not mask.any():
         # A count, share or rate of nothing: "0 errors" in a scope that holds no request would
         # pass an `== 0` gate on no evidence.
@@ -96,6 +107,22 @@ def _itl_in(req: Any, mask: np.ndarray) -> np.ndarray:
         before = int(req.itl_counts[:first].sum())
         return req.itl_seconds[before : before + int(req.itl_counts[first : last + 1].sum())]
     return req.itl_seconds[np.repeat(mask, req.itl_counts)]
+
+
+_UNSERVED = ("timeout", "cancelled")
+
+
+def _unserved(req: Any) -> np.ndarray:
+    """Requests that ended waiting (timed out, or cancelled at the load's end) before any
+    token: their TTFT is censored at their end, not unknown. An error answer is not a wait."""
+    return req.status.mask(_UNSERVED) & np.isnan(req.first_token_at)
+
+
+def _waited(
+    first_token_at: np.ndarray, start: np.ndarray, done_at: np.ndarray, unserved: np.ndarray
+) -> np.ndarray:
+    """first token - start; for `unserved` requests done - start, the least their TTFT was."""
+    return np.where(unserved, done_at, first_token_at) - start
 
 
 def tpot(

@@ -17,6 +17,7 @@ __all__ = ["Events", "Histogram", "Measurement", "NoData", "Samples", "Scalar", 
 class Samples:
     values: np.ndarray
     estimate: bool = False
+    note: str | None = None  # said with the verdict (e.g. how censored samples were counted)
 
 
 @dataclass(frozen=True, kw_only=True)

@@ -245,37 +245,11 @@ def _assess(
     if isinstance(measurement, NoData):
         return Assessment(outcome="no_data", reason=measurement.reason)
     if isinstance(measurement, Samples):
-        values, n = measurement.values, len(measurement.values)
-        if n == 0:
-            return Assessment(outcome="no_data", reason="empty scope: no samples")
-        if statistic == "max":
-            return _point(float(np.max(values)), threshold, n, estimate=measurement.estimate)
-        if statistic == "mean":
-            bounds = mean_bounds(values, confidence=confidence)
-            shown = mean_bounds(values, confidence=two_sided(confidence))
-            return Assessment(
-                outcome=bounds_judgement(threshold, bounds),
-                value=float(np.mean(values)),
-                n=n,
-                interval=(shown.lower, shown.upper),
-            )
-        q = glossary.PERCENTILES[statistic]
-        value, qb = quantile_with_bounds(values, q, confidence=two_sided(confidence))
-        if threshold.op == "==":
-            return _point(value, threshold, n)
-        bad = int(n - np.count_nonzero(_holds_array(threshold, values)))
-        allowed = 1.0 - q if threshold.is_upper_limit else q
-        share = proportion_bounds(bad, n, confidence=confidence)
-        outcome = (
-            "pass" if share.upper < allowed else "fail" if share.lower > allowed else "inconclusive"
-        )
-        reason = (
-            f"{bad} of {n} samples on the wrong side; "
-            f"share bounds [{share.lower:.4g}, {share.upper:.4g}] vs {allowed:.4g}"
-        )
-        return Assessment(
-            outcome=outcome, value=value, n=n, interval=(qb.lower, qb.upper), reason=reason
-        )
+        assessment = _assess_samples(measurement, statistic, threshold, confidence)
+        if measurement.note:
+            reason = "; ".join(r for r in (assessment.reason, measurement.note) if r)
+            assessment = dataclasses.replace(assessment, reason=reason)
+        return assessment
     if isinstance(measurement, Histogram):
         return _assess_histogram(measurement, statistic, threshold, confidence)
     if isinstance(measurement, Events):
@@ -327,6 +301,42 @@ def _assess(
             reason=f"at least {measurement.value:.4g}: {measurement.note}",
         )
     return _point(measurement.value, threshold, measurement.n, reason=measurement.note or "")
+
+
+def _assess_samples(
+    measurement: Samples, statistic: str, threshold: Threshold, confidence: float
+) -> Assessment:
+    values, n = measurement.values, len(measurement.values)
+    if n == 0:
+        return Assessment(outcome="no_data", reason="empty scope: no samples")
+    if statistic == "max":
+        return _point(float(np.max(values)), threshold, n, estimate=measurement.estimate)
+    if statistic == "mean":
+        bounds = mean_bounds(values, confidence=confidence)
+        shown = mean_bounds(values, confidence=two_sided(confidence))
+        return Assessment(
+            outcome=bounds_judgement(threshold, bounds),
+            value=float(np.mean(values)),
+            n=n,
+            interval=(shown.lower, shown.upper),
+        )
+    q = glossary.PERCENTILES[statistic]
+    value, qb = quantile_with_bounds(values, q, confidence=two_sided(confidence))
+    if threshold.op == "==":
+        return _point(value, threshold, n)
+    bad = int(n - np.count_nonzero(_holds_array(threshold, values)))
+    allowed = 1.0 - q if threshold.is_upper_limit else q
+    share = proportion_bounds(bad, n, confidence=confidence)
+    outcome = (
+        "pass" if share.upper < allowed else "fail" if share.lower > allowed else "inconclusive"
+    )
+    reason = (
+        f"{bad} of {n} samples on the wrong side; "
+        f"share bounds [{share.lower:.4g}, {share.upper:.4g}] vs {allowed:.4g}"
+    )
+    return Assessment(
+        outcome=outcome, value=value, n=n, interval=(qb.lower, qb.upper), reason=reason
+    )
 
 
 def _holds_array(threshold: Threshold, values: np.ndarray) -> np.ndarray:

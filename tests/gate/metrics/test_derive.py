@@ -328,3 +328,23 @@ def test_preemptions_per_request_of_an_empty_scope_is_no_data(tmp_path):
     per_request = _measure(tmp_path, "preemptions_per_request", "final",
                            scope=Scope(priority=("batch",)))  # fmt: skip
     assert isinstance(per_request, NoData)
+
+
+def test_a_request_that_timed_out_before_its_first_token_counts_with_the_time_it_waited(
+    tmp_path,
+):
+    served = request_records(40, ttft_seconds=[0.1] * 40)
+    waited = request_records(10, status="timeout", start=served[-1]["planned_at"] + 0.01)
+    refused = request_records(5, status="http_error", http_status=503,
+                              start=waited[-1]["planned_at"] + 0.01)  # fmt: skip
+    write_profile(tmp_path, "steady", served + waited + refused)
+    ttft = _measure(tmp_path, "ttft")
+    # The 10 timeouts wait from sent_at to done_at; the 503 answers are not a wait (no TTFT).
+    assert len(ttft.values) == 50
+    expected = sorted(r["done_at"] - r["sent_at"] for r in waited)
+    assert sorted(ttft.values)[-10:] == pytest.approx(expected)
+    assert ttft.note.startswith("10 requests timed out or were cancelled before a first token")
+    from_planned = _measure(tmp_path, "ttft_from_planned")
+    assert len(from_planned.values) == 50 and from_planned.note == ttft.note
+    assert _measure(tmp_path, "e2e").note is None  # end to end stays over ok requests
+    assert len(_measure(tmp_path, "e2e").values) == 40

@@ -80,3 +80,17 @@ def test_records_planned_after_the_window_are_left_out(tmp_path):
     # 100 requests over the 10 s window: 10/s, not the 100/s all 1000 records would make.
     assert verdicts["throughput"].value == 10.0
     assert verdicts["no_errors"].n == 100
+
+
+def test_a_ttft_gate_fails_when_most_requests_timed_out_waiting_for_a_first_token(tmp_path):
+    served = request_records(40, ttft_seconds=[0.05] * 40)
+    waited = request_records(360, status="timeout", start=served[-1]["planned_at"] + 0.01)
+    write_profile(tmp_path, "steady", served + waited)
+    gates = loads(
+        'version: 1\ngates:\n  - {name: ttft_p90, metric: ttft, statistic: p90, fail: "< 200ms"}\n'
+    )
+    evaluation = evaluate(load_run(tmp_path), gates)
+    (verdict,) = evaluation.verdicts
+    # Left out, the 360 timeouts made this a pass on the 40 requests served in time.
+    assert verdict.status is Status.FAIL and verdict.n == 400
+    assert "360 requests timed out or were cancelled before a first token" in verdict.reason
