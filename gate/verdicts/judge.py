@@ -171,7 +171,11 @@ def _judge_ratio(ctx: JudgeContext, gate: Gate, profile: ProfileData) -> Verdict
     for level in ("fail", "warn"):
         level_threshold = getattr(gate, level)
         if level_threshold is not None:
-            outcome = bounds_judgement(level_threshold, bounds)
+            outcome = (
+                ("pass" if level_threshold.holds(value) else "fail")
+                if level_threshold.op == "=="  # as for a mean: bounds never confirm equality
+                else bounds_judgement(level_threshold, bounds)
+            )
             if ctx.partial and outcome == "fail":
                 # Two one-shot bounds re-applied at every look are not anytime-valid: a ratio
                 # gate never stops a run early; the final evaluation judges it.

@@ -201,7 +201,8 @@ ALTERNATING = Samples(values=np.array([9.0, 11.0] * 100))  # mean exactly 10, sd
         (">", 8.0, "pass"),
         (">", 12.0, "fail"),
         (">", 10.0, "inconclusive"),
-        ("==", 10.0, "inconclusive"),
+        ("==", 10.0, "pass"),  # equality: the mean itself is compared
+        ("==", 10.5, "fail"),
     ],
 )
 def test_mean_gate_is_judged_on_the_interval_of_the_mean(op, value, outcome):
@@ -232,3 +233,10 @@ def test_mean_of_a_parsed_duration_threshold():
     at_least_1s = parse_threshold(">= 1s", kind=UnitKind.DURATION)
     assert assess(fast, "mean", under_800ms, 0.95).outcome == "pass"
     assert assess(fast, "mean", at_least_1s, 0.95).outcome == "fail"
+
+
+def test_an_equality_on_a_mean_is_judged_on_the_mean_not_left_inconclusive_forever():
+    off = assess(Samples(values=np.full(300, 4.0)), "mean", limit("==", 100.0), 0.95)
+    assert off.outcome == "fail" and off.value == 4.0
+    exact = assess(Samples(values=np.full(3, 100.0)), "mean", limit("==", 100.0), 0.95)
+    assert exact.outcome == "pass"
