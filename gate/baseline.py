@@ -3,7 +3,10 @@
 Owns the store (default `.batchgate/baselines/` under the working directory, one JSON file per
 baseline), saving a run's measured statistics (every gate of a gates file plus a standard set of
 client latency statistics per profile), listing, showing and loading them, and saying why a
-baseline is not comparable to a run (provenance mismatch). It does not judge
+baseline is not comparable to a run (provenance mismatch). It refuses to save a run that `check`
+would call no data (a run that did not complete, a profile whose measurement was invalid: the
+judge's own fail-closed reasons), and stores only finite values of measurements that have data,
+so a regression gate is never judged against a figure no gate could pass on. It does not judge
 (`gate.verdicts.evaluate`).
 """
 
@@ -11,6 +14,7 @@ from __future__ import annotations
 
 import datetime as dt
 import json
+import math
 import os
 import re
 from dataclasses import dataclass
@@ -20,11 +24,19 @@ from typing import Any
 from gate.errors import BatchgateError, ExitCode
 from gate.gates.model import GatesFile, Scope, Settings, Slos
 from gate.metrics import derive
+from gate.metrics.measurements import NoData
 from gate.rundir.run import RunData, provenance
 from gate.verdicts.assess import point_value
-from gate.verdicts.context import measure_key
+from gate.verdicts.context import JudgeContext, measure_key
 
-__all__ = ["BASELINE_SCHEMA_VERSION", "DEFAULT_STORE", "Baseline", "BaselineError", "BaselineStore"]
+__all__ = [
+    "BASELINE_SCHEMA_VERSION",
+    "DEFAULT_STORE",
+    "Baseline",
+    "BaselineError",
+    "BaselineStore",
+    "InvalidBaselineRun",
+]
 
 BASELINE_SCHEMA_VERSION = 1
 DEFAULT_STORE = Path(".batchgate") / "baselines"
@@ -50,6 +62,12 @@ class BaselineError(BatchgateError, ValueError):
     """A baseline that cannot be saved or found (the message says why)."""
 
     default_exit_code = ExitCode.USAGE
+
+
+class InvalidBaselineRun(BaselineError):
+    """A run that is no valid measurement (`check` would call it no data): not a baseline."""
+
+    default_exit_code = ExitCode.NO_DATA
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -113,6 +131,11 @@ class BaselineStore:
         overwrite: bool = False,
     ) -> Baseline:
         path = self._path(name)
+        problems = _not_measured(run, gates_file)
+        if problems:
+            raise InvalidBaselineRun(
+                f"{run.path} is not a valid measurement, nothing saved: " + "; ".join(problems)
+            )
         if path.exists() and not overwrite:
             raise BaselineError(f"baseline {name!r} exists at {path}; pass --force to replace it")
         baseline = Baseline(
@@ -185,6 +208,24 @@ def _shape_problem(data: dict[str, Any]) -> str | None:
     return None
 
 
+def _not_measured(run: RunData, gates_file: GatesFile | None) -> list[str]:
+    """Why `check` would judge the run's profiles no data, one entry per profile (empty: none).
+    The judge's own rule (`JudgeContext.closed_reason`), so the two never disagree. The whole
+    save is refused on any: a baseline from a run that died part-way is no known-good run, and
+    a partial one would silently lack the bad profile's statistics."""
+    if gates_file is None:
+        gates_file = GatesFile(path="", version=1, settings=Settings(), slos=Slos(), gates=())
+    context = JudgeContext(run, gates_file, None, partial=False)
+    if not run.profiles:
+        return ["the run has no profiles"]
+    problems: list[str] = []
+    for name, profile in run.profiles.items():
+        reason = context.closed_reason(profile, name)
+        if reason is not None:
+            problems.append(f"profile {name!r}: {reason}")
+    return problems
+
+
 def _measures(run: RunData, gates_file: GatesFile | None) -> dict[str, float]:
     settings = gates_file.settings if gates_file is not None else Settings()
     slos = gates_file.slos if gates_file is not None else Slos()
@@ -215,7 +256,9 @@ def _measures(run: RunData, gates_file: GatesFile | None) -> dict[str, float]:
             settings=settings,
             warmup_seconds=warmup,
         )
+        if isinstance(measurement, NoData):
+            continue  # no figure: a gate needing it is inconclusive, never judged against one
         value = point_value(measurement, statistic)
-        if value is not None:
+        if value is not None and math.isfinite(value):
             measures[key] = value
     return measures

@@ -6,7 +6,7 @@ import argparse
 import json
 import sys
 
-from gate.baseline import BaselineError, BaselineStore
+from gate.baseline import BaselineError, BaselineStore, InvalidBaselineRun
 from gate.commands._common import default_gates_path, output_console
 from gate.errors import ExitCode
 from gate.gates.file import load
@@ -64,6 +64,9 @@ def run(args: argparse.Namespace) -> int:
     except GatesFileError as exc:
         print(f"batchgate baseline: {exc}", file=sys.stderr)
         return int(ExitCode.INVALID_GATES)
+    except InvalidBaselineRun as exc:  # the run itself: no data (exit 5), not a usage error
+        print(f"batchgate baseline: {exc}", file=sys.stderr)
+        return int(ExitCode.NO_DATA)
     except (BaselineError, RunDirError) as exc:
         print(f"batchgate baseline: {exc}", file=sys.stderr)
         return int(ExitCode.USAGE)

@@ -4,15 +4,20 @@ remote target: no PID to read, no NVML) — the server's own `process_resident_m
 its scrapes.
 
 Owns turning sampler records in a window into a Series (values plus the device total, so a
-ratio of total can be judged). It does not sample (`gate.observers.nvml_sampler`) or judge.
+ratio of total can be judged), and refusing the resident-memory stand-ins on a GPU target (the
+manifest's `hardware.gpu`, or the target reporting device memory in use): there host memory says
+nothing about device memory, so `memory_used` without NVML samples is no data. It does not
+sample (`gate.observers.nvml_sampler`) or judge.
 """
 
 from __future__ import annotations
 
 import math
+from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
+import orjson
 
 from gate.metrics.measurements import Measurement, NoData, Series
 from gate.metrics.window import Window, in_intervals, stage_intervals
@@ -32,7 +37,14 @@ def gpu(profile: ProfileData, metric: str, scope: Scope, window: Window) -> Meas
     if not isinstance(samples, SampleRecords):
         samples = SampleRecords(records=list(samples or []))
     sources = np.array(samples.strings("source"), dtype=object)
-    usable = (sources == "nvml") | (sources == "process_rss")
+    nvml = sources == "nvml"
+    if metric == "memory_used" and not nvml.any():
+        # Both stand-ins below are host memory; on a GPU target they would pass a device-memory
+        # limit on the wrong memory, so fail closed instead.
+        evidence = _gpu_evidence(profile)
+        if evidence is not None:
+            return NoData(reason=_not_device_memory(samples, sources, evidence))
+    usable = nvml | (sources == "process_rss")
     if not usable.any():
         why = (
             f"the sampler could not sample: {samples[0].get('note') or 'no reason given'}"
@@ -93,3 +105,48 @@ def _server_rss(profile: ProfileData, scope: Scope, window: Window, why: str) ->
         totals=None,
         note=f"the server's own {_SERVER_RSS} from {len(values)} scrapes ({why})",
     )
+
+
+def _not_device_memory(samples: SampleRecords, sources: np.ndarray, evidence: str) -> str:
+    if (sources == "process_rss").any():
+        had = "gpu.jsonl has only the server's resident memory (process_rss), no NVML samples"
+    elif len(samples):
+        had = f"gpu.jsonl has no NVML samples: {samples[0].get('note') or 'no reason given'}"
+    else:
+        had = "no gpu.jsonl sampler records"
+    return (
+        f"{had}; the target has a GPU ({evidence}), and the server's resident memory is not "
+        "device memory: memory_used needs NVML samples in gpu.jsonl"
+    )
+
+
+def _gpu_evidence(profile: ProfileData) -> str | None:
+    """What says the target runs on a GPU, or None. The manifest's `hardware` is the machine
+    batchgate ran on (the bundled server's, or a local target's); a remote target is seen only
+    through its scrapes, where the bundled server reports its allocator's device memory (0 on
+    CPU). A target that shows neither (a remote vLLM on a GPU host, measured from a machine
+    without one) cannot be told from a CPU one, and keeps the documented fallback."""
+    gpu_name = (_manifest(profile).get("hardware") or {}).get("gpu")
+    if gpu_name:
+        return f"manifest.json hardware.gpu is {gpu_name!r}"
+    for scrape in profile.scrapes or []:
+        used = (scrape.get("metrics") or {}).get("device_memory_used_bytes")
+        if scrape.get("ok") and isinstance(used, int | float) and used > 0:
+            return "the target reports device_memory_used_bytes > 0"
+    return None
+
+
+def _manifest(profile: ProfileData) -> dict[str, Any]:
+    """The run's manifest.json: beside the profile's records (a `batchgate load --out` directory)
+    or one level up (a profile of a run directory). The profile does not carry it, so it is read
+    here; {} when there is none. An unreadable one already stopped `load_run` for a run root."""
+    if not profile.directory:
+        return {}
+    directory = Path(profile.directory)
+    for path in (directory / "manifest.json", directory.parent / "manifest.json"):
+        try:
+            data = orjson.loads(path.read_bytes())
+        except (OSError, orjson.JSONDecodeError):
+            continue
+        return data if isinstance(data, dict) else {}
+    return {}

@@ -4,8 +4,11 @@ made absolute.
 Owns the lookup of a gate's reference in calibration.json — the unloaded median of the gate's
 metric, or its saturation rate (capacity), for its length class (short unless the gate's scope
 names one) — and the resolved threshold whose text says both forms ("< 4x unloaded = 72 ms"). A
-gate whose reference is missing is not judged: the caller reports it as no data (a relative gate
-never passes unreferenced). It does not measure or calibrate (`gate.orchestrator.calibration`).
+gate whose reference is missing, malformed (not the shape `calibrate` writes, not a positive
+finite number) or measured by a calibration phase that was not a valid measurement
+(`client.<phase>.measurement_valid`) is not judged: the caller reports it as no data (a relative
+gate never passes on a reference that does not support it). It does not measure or calibrate
+(`gate.orchestrator.calibration`).
 """
 
 from __future__ import annotations
@@ -45,6 +48,40 @@ CAPACITY_METRICS = {
 }
 
 
+# The calibration phase whose measurement each section comes from (calibration.json `client`).
+_PHASES = {"unloaded": "lone", "capacity": "capacity"}
+
+
+def _number(value: Any) -> bool:
+    return isinstance(value, int | float) and not isinstance(value, bool)
+
+
+def _phase_problem(calibration: Mapping[str, Any], section: str) -> str | None:
+    """Why the phase that measured `section` cannot serve as a reference (None: it can). A
+    saturated client times itself, not the target, so its medians are no reference. A
+    calibration that records no validity (hand-written, from before `client` existed) is read as
+    it stands; one that records it must say `measurement_valid: true`."""
+    client = calibration.get("client")
+    if client is None:
+        return None
+    phase = _PHASES[section]
+    if not isinstance(client, Mapping):
+        return "calibration.json: 'client' is not an object"
+    record = client.get(phase)
+    if record is None:
+        return None
+    if not isinstance(record, Mapping):
+        return f"calibration.json: 'client.{phase}' is not an object"
+    if record.get("measurement_valid") is not True:
+        reasons = record.get("reasons")
+        why = "; ".join(map(str, reasons)) if isinstance(reasons, list) and reasons else None
+        return (
+            f"the calibration's {phase} phase was not a valid measurement"
+            f" ({why or 'no reason given'}): its {section} values are no reference"
+        )
+    return None
+
+
 def _calibrated(
     calibration: Mapping[str, Any] | None,
     metric: str,
@@ -56,14 +93,42 @@ def _calibrated(
 ) -> tuple[float | None, str | None]:
     if calibration is None:
         return None, "the run has no calibration.json (relative thresholds need one)"
+    if not isinstance(calibration, Mapping):
+        return None, "calibration.json is not an object"
     base = names.get(metric)
     if base is None:
         return None, f"metric {metric!r} has no calibrated {what} value"
-    value = ((calibration.get(section) or {}).get(length_class) or {}).get(base)
-    if section == "unloaded":
-        value = (value or {}).get("p50")  # a distribution: its median
-    if not isinstance(value, (int, float)) or not math.isfinite(value) or value <= 0:
+    problem = _phase_problem(calibration, section)
+    if problem is not None:
+        return None, problem
+    # Walk section -> length class -> metric; a level of the wrong shape (a hand-edited or
+    # foreign file) is named, never an AttributeError out of `check`.
+    value: Any = calibration
+    where: list[str] = []
+    for key in (section, length_class, base):
+        if value is None:
+            break
+        if not isinstance(value, Mapping):
+            return None, f"calibration.json: {'.'.join(where)} is not an object"
+        value = value.get(key)
+        where.append(key)
+    if value is not None and section == "unloaded":
+        # A distribution ({p50, p90, n}): its median, from at least one sample.
+        if not isinstance(value, Mapping):
+            return None, (
+                f"calibration.json: {'.'.join(where)} is {value!r}, expected an object with p50"
+            )
+        n = value.get("n")
+        if n is not None and (not _number(n) or not n >= 1):  # NaN too
+            return None, f"calibration.json: {'.'.join(where)}.n is {n!r}, not a sample count"
+        value = value.get("p50")
+    if value is None:
         return None, f"calibration.json has no {what} {base} for {length_class} requests"
+    if not _number(value) or not math.isfinite(value) or value <= 0:
+        return None, (
+            f"calibration.json: the {what} {base} for {length_class} requests is {value!r},"
+            " not a positive number"
+        )
     return float(value), None
 
 
