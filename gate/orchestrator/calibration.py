@@ -229,7 +229,7 @@ def _client(run: RunData) -> dict[str, Any]:
     load = run.profiles[_PROFILE].load or {}
     return {
         "measurement_valid": bool(load.get("measurement_valid")),
-        "reasons": list(load.get("measurement_invalid_reasons") or load.get("reasons") or []),
+        "reasons": list(load.get("invalid_reasons") or []),  # load.json's own key
         "client_cpu_ratio": load.get("client_cpu_ratio"),
     }
 
