@@ -13,11 +13,9 @@ sample (`gate.observers.nvml_sampler`) or judge.
 from __future__ import annotations
 
 import math
-from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
-import orjson
 
 from gate.metrics.measurements import Measurement, NoData, Series
 from gate.metrics.window import Window, in_intervals, stage_intervals
@@ -126,27 +124,10 @@ def _gpu_evidence(profile: ProfileData) -> str | None:
     through its scrapes, where the bundled server reports its allocator's device memory (0 on
     CPU). A target that shows neither (a remote vLLM on a GPU host, measured from a machine
     without one) cannot be told from a CPU one, and keeps the documented fallback."""
-    gpu_name = (_manifest(profile).get("hardware") or {}).get("gpu")
-    if gpu_name:
-        return f"manifest.json hardware.gpu is {gpu_name!r}"
+    if profile.hardware_gpu:
+        return f"manifest.json hardware.gpu is {profile.hardware_gpu!r}"
     for scrape in profile.scrapes or []:
         used = (scrape.get("metrics") or {}).get("device_memory_used_bytes")
         if scrape.get("ok") and isinstance(used, int | float) and used > 0:
             return "the target reports device_memory_used_bytes > 0"
     return None
-
-
-def _manifest(profile: ProfileData) -> dict[str, Any]:
-    """The run's manifest.json: beside the profile's records (a `batchgate load --out` directory)
-    or one level up (a profile of a run directory). The profile does not carry it, so it is read
-    here; {} when there is none. An unreadable one already stopped `load_run` for a run root."""
-    if not profile.directory:
-        return {}
-    directory = Path(profile.directory)
-    for path in (directory / "manifest.json", directory.parent / "manifest.json"):
-        try:
-            data = orjson.loads(path.read_bytes())
-        except (OSError, orjson.JSONDecodeError):
-            continue
-        return data if isinstance(data, dict) else {}
-    return {}

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import gc
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
@@ -61,6 +61,9 @@ class ProfileData:
     # deciding check read them (its line counts, its stand-in for load.json).
     abort: AbortRecord | None = None
     abort_view: ProfileData | None = None
+    # manifest.json's hardware.gpu: the machine the run was measured from has this GPU, so
+    # host memory cannot stand in for device memory (gate.metrics.sampler).
+    hardware_gpu: str | None = None
 
     def to_wall(self, monotonic_seconds: float) -> float | None:
         """Convert a request-record time to the observers' wall clock (None without anchor)."""
@@ -94,7 +97,7 @@ def _read_json(path: Path) -> dict[str, Any] | None:
     return data
 
 
-def _profile(name: str, directory: Path) -> ProfileData:
+def _profile(name: str, directory: Path, hardware_gpu: str | None) -> ProfileData:
     notes: list[str] = []
     load = _read_json(directory / "load.json")
     requests_path = directory / "requests.jsonl"
@@ -133,6 +136,7 @@ def _profile(name: str, directory: Path) -> ProfileData:
     view = None
     if abort is not None:
         view = profile_prefix(name, directory, lines=abort.lines, load=abort.load_standin())
+        view = replace(view, hardware_gpu=hardware_gpu)
     return ProfileData(
         name=name,
         directory=str(directory),
@@ -145,6 +149,7 @@ def _profile(name: str, directory: Path) -> ProfileData:
         notes=tuple(notes),
         abort=abort,
         abort_view=view,
+        hardware_gpu=hardware_gpu,
     )
 
 
@@ -224,10 +229,13 @@ def load_run(path: str | Path) -> RunData:
     unmeasurable = (manifest or {}).get("gates_not_measurable") or {}
     if isinstance(unmeasurable, dict):
         notes.extend(f"gate {name}: {why}" for name, why in sorted(unmeasurable.items()))
+    hardware = (manifest or {}).get("hardware")
+    gpu_name = hardware.get("gpu") if isinstance(hardware, dict) else None
+    gpu_name = str(gpu_name) if gpu_name else None
     was_enabled = gc.isenabled()
     gc.disable()  # parsing the observer files builds many acyclic containers to rescan
     try:
-        profiles = {name: _profile(name, d) for name, d in directories.items()}
+        profiles = {name: _profile(name, d, gpu_name) for name, d in directories.items()}
     finally:
         if was_enabled:
             gc.enable()
