@@ -312,13 +312,13 @@ def _assess_samples(
     if statistic == "max":
         return _point(float(np.max(values)), threshold, n, estimate=measurement.estimate)
     if statistic == "mean":
-        bounds = mean_bounds(values, confidence=confidence)
         shown = mean_bounds(values, confidence=two_sided(confidence))
         if threshold.op == "==":
             # No interval confirms an equality, so bounds would leave it inconclusive forever
             # (a pass under --inconclusive pass): the mean itself is compared, as a share is.
             mean = float(np.mean(values))
             return _point(mean, threshold, n, interval=(shown.lower, shown.upper))
+        bounds = mean_bounds(values, confidence=confidence)
         return Assessment(
             outcome=bounds_judgement(threshold, bounds),
             value=float(np.mean(values)),
