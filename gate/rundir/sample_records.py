@@ -20,11 +20,13 @@ import numpy as np
 
 from gate.rundir.arrow_views import float_values
 from gate.rundir.observer_records import read_jsonl
+from gate.rundir.parquet_copy import read_copy, write_copy
+from gate.rundir.record_schema import TAIL_BYTES, jsonl_stamp
 
 if TYPE_CHECKING:
     import pyarrow as pa
 
-__all__ = ["SampleRecords", "read_samples"]
+__all__ = ["SAMPLES_SCHEMA_NAME", "SampleRecords", "read_samples"]
 
 _NUMERIC = ("double", "int64")  # what pyarrow's JSON reader gives numbers
 
@@ -90,13 +92,27 @@ def _is_number(value: Any) -> bool:
     return isinstance(value, (int, float)) and not isinstance(value, bool)
 
 
+SAMPLES_SCHEMA_NAME = "batchgate.gpu_samples"
+SAMPLES_SCHEMA_VERSION = 1
+
+
 def read_samples(path: Path, notes: list[str], limit: int | None = None) -> SampleRecords | None:
-    """The file's records (None without the file); `limit`: only its first that-many lines."""
+    """The file's records (None without the file); `limit`: only its first that-many lines.
+
+    A whole file is read from its Parquet copy (`gpu.parquet`, parquet_copy.py) while the copy's
+    stamp matches; a whole file the column reader parsed gets that copy written for the next
+    read (100k samples: 0.2 s of CPU to parse, 0.02 s to read the copy)."""
     if not path.exists():
         return None
     import pyarrow as pa
     import pyarrow.json as pajson
 
+    if limit is None:
+        copy = read_copy(
+            path, schema=SAMPLES_SCHEMA_NAME, version=SAMPLES_SCHEMA_VERSION, notes=notes
+        )
+        if copy is not None:
+            return SampleRecords(table=copy)
     data = path.read_bytes()
     if limit is not None:
         end = -1
@@ -111,4 +127,14 @@ def read_samples(path: Path, notes: list[str], limit: int | None = None) -> Samp
         table = pajson.read_json(pa.BufferReader(data))
     except pa.ArrowException:  # any refusal: the line parser decides, with its own errors
         return SampleRecords(records=read_jsonl(path, notes, limit) or [])
+    if limit is None:
+        # The stamp of exactly the bytes parsed (the sampler may have appended since).
+        stamp = jsonl_stamp(
+            len(data),
+            data[-TAIL_BYTES:],
+            partial_last_line=False,
+            schema=SAMPLES_SCHEMA_NAME,
+            version=SAMPLES_SCHEMA_VERSION,
+        )
+        write_copy(path, table, stamp)
     return SampleRecords(table=table)

@@ -12,28 +12,18 @@ first `limit` lines) is always parsed exactly. It does not know metrics.
 
 from __future__ import annotations
 
-import contextlib
 import dataclasses
-import os
 from dataclasses import dataclass
 from operator import itemgetter
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import numpy as np
 
 from gate.rundir.arrow_views import float64_array, float_values
 from gate.rundir.observer_records import RunDirError, read_jsonl
-from gate.rundir.record_schema import (
-    META_SCHEMA,
-    META_SCHEMA_VERSION,
-    jsonl_stamp,
-    jsonl_tail,
-    stamp_matches,
-)
-
-if TYPE_CHECKING:
-    pass
+from gate.rundir.parquet_copy import copy_path, read_copy, unreadable_note, write_copy
+from gate.rundir.record_schema import jsonl_stamp, jsonl_tail
 
 __all__ = ["STEPS_SCHEMA_NAME", "STEP_FIELDS", "StepColumns", "read_steps", "steps_parquet_path"]
 
@@ -70,7 +60,7 @@ class StepColumns:
 
 
 def steps_parquet_path(jsonl_path: Path) -> Path:
-    return jsonl_path.with_name(f"{jsonl_path.stem}.parquet")
+    return copy_path(jsonl_path)
 
 
 def read_steps(path: Path, notes: list[str], limit: int | None = None) -> StepColumns | None:
@@ -80,7 +70,7 @@ def read_steps(path: Path, notes: list[str], limit: int | None = None) -> StepCo
     if limit is not None:
         return _with_missed(*_from_records(path, read_jsonl(path, notes, limit) or []), notes)
     size, tail = jsonl_tail(path)
-    cached = _read_parquet(steps_parquet_path(path), path, notes)
+    cached = _read_parquet(path, notes)
     if cached is not None:
         return _with_missed(*cached, notes)
     parsed = _parse_fast(path)
@@ -92,7 +82,7 @@ def read_steps(path: Path, notes: list[str], limit: int | None = None) -> StepCo
     stamp = jsonl_stamp(
         size, tail, partial_last_line=False, schema=STEPS_SCHEMA_NAME, version=STEPS_SCHEMA_VERSION
     )
-    _write_parquet(steps_parquet_path(path), *parsed, stamp)
+    _write_parquet(path, *parsed, stamp)
     return _with_missed(*parsed, notes)
 
 
@@ -192,23 +182,13 @@ def _parse_fast(path: Path) -> _Parsed | None:
     return columns, values["seq"]
 
 
-def _read_parquet(parquet: Path, jsonl: Path, notes: list[str]) -> _Parsed | None:
-    if not parquet.exists():
+def _read_parquet(jsonl: Path, notes: list[str]) -> _Parsed | None:
+    table = read_copy(jsonl, schema=STEPS_SCHEMA_NAME, version=STEPS_SCHEMA_VERSION, notes=notes)
+    if table is None:
         return None
     import pyarrow as pa
-    import pyarrow.parquet as pq
 
     try:
-        file = pq.ParquetFile(parquet, memory_map=True)
-        meta = file.metadata.metadata or {}
-        if (
-            meta.get(META_SCHEMA) != STEPS_SCHEMA_NAME.encode()
-            or meta.get(META_SCHEMA_VERSION) != str(STEPS_SCHEMA_VERSION).encode()
-        ):
-            return None
-        if not stamp_matches(meta, jsonl):
-            return None  # older than the JSONL: not news
-        table = file.read(use_threads=True)
         columns = {
             name: float_values(table.column(name).combine_chunks()) for name in table.column_names
         }
@@ -222,33 +202,20 @@ def _read_parquet(parquet: Path, jsonl: Path, notes: list[str]) -> _Parsed | Non
             num_running=per_class["num_running"],
         )
         return steps, columns["seq"]
-    except (pa.ArrowException, OSError, KeyError, ValueError) as exc:
-        notes.append(f"{parquet.name}: unreadable ({_short(exc)}); read {jsonl.name} instead")
+    except (pa.ArrowException, KeyError, ValueError) as exc:  # decoded, but not our columns
+        notes.append(unreadable_note(copy_path(jsonl), jsonl, exc))
         return None
 
 
 def _write_parquet(
-    parquet: Path, columns: StepColumns, seq: np.ndarray, stamp: dict[bytes, bytes]
+    jsonl: Path, columns: StepColumns, seq: np.ndarray, stamp: dict[bytes, bytes]
 ) -> None:
     """steps.parquet: `seq` (NaN where a record had none), the step fields and one column per
-    gauge class (`num_waiting.<class>`), all float64, in one rename; a failure only costs
-    the next read its speed."""
+    gauge class (`num_waiting.<class>`), all float64."""
     import pyarrow as pa
-    import pyarrow.parquet as pq
 
     arrays = {"seq": seq, **{name: getattr(columns, name) for name in STEP_FIELDS}}
     for key in _GAUGES:
         arrays.update({f"{key}.{c}": v for c, v in getattr(columns, key).items()})
-    temporary = parquet.with_name(f".{parquet.name}.{os.getpid()}.tmp")
-    try:
-        table = pa.table({name: float64_array(values) for name, values in arrays.items()})
-        pq.write_table(table.replace_schema_metadata(stamp), temporary)
-        os.replace(temporary, parquet)
-    except (pa.ArrowException, OSError):
-        with contextlib.suppress(OSError):
-            temporary.unlink(missing_ok=True)
-
-
-def _short(exc: BaseException) -> str:
-    text = str(exc).strip().splitlines()
-    return text[0][:200] if text else type(exc).__name__
+    write_copy(jsonl, pa.table({name: float64_array(values) for name, values in arrays.items()}),
+               stamp)  # fmt: skip

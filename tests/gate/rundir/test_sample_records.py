@@ -90,3 +90,69 @@ def test_reading_columns_does_not_import_pandas(tmp_path: Path) -> None:
     )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert out.stdout.strip() == "False"
+
+
+def _copy(path: Path) -> Path:
+    return path.with_name("gpu.parquet")
+
+
+def _as_read(samples: SampleRecords | None) -> tuple[list[dict], list[np.ndarray]]:
+    assert samples is not None
+    fields = ("t", "memory_used_bytes", "memory_total_bytes", "note")
+    return list(samples), [samples.numbers(f) for f in fields]
+
+
+def test_a_whole_file_gets_a_parquet_copy_that_the_next_read_uses(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    path = _write(tmp_path / "gpu.jsonl", ROWS)
+    first = read_samples(path, [])
+    assert _copy(path).exists()
+    import pyarrow.json
+
+    def no_parse(*args: object, **kwargs: object) -> None:
+        raise AssertionError("parsed the JSONL although its copy matches")
+
+    monkeypatch.setattr(pyarrow.json, "read_json", no_parse)
+    notes: list[str] = []
+    again = read_samples(path, notes)
+    assert notes == []
+    records, numbers = _as_read(again)
+    assert records == _as_read(first)[0]  # the column reader's dicts: every key, None if absent
+    lines = read_jsonl(path, [])
+    assert [{k: r.get(k) for k in records[0]} for r in lines] == records
+    for got, want in zip(numbers, _as_read(first)[1], strict=True):
+        assert _same(got, want)
+    assert again.strings("source") == ["nvml", "nvml", "process_rss", "none"]
+
+
+def test_a_copy_older_than_the_jsonl_is_not_used_and_is_rewritten(tmp_path: Path) -> None:
+    path = _write(tmp_path / "gpu.jsonl", ROWS)
+    read_samples(path, [])
+    with path.open("a") as handle:
+        handle.write(json.dumps({"t": 9.0, "source": "nvml", "memory_used_bytes": 8}) + "\n")
+    samples = read_samples(path, [])
+    assert samples is not None and len(samples) == 5 and samples.numbers("t")[-1] == 9.0
+    import pyarrow.parquet as pq
+
+    assert pq.read_table(_copy(path)).num_rows == 5
+
+
+def test_a_copy_that_does_not_decode_is_read_around_with_a_note(tmp_path: Path) -> None:
+    path = _write(tmp_path / "gpu.jsonl", ROWS)
+    _copy(path).write_bytes(b"PAR1 this is not a parquet file PAR1")
+    notes: list[str] = []
+    samples = read_samples(path, notes)
+    assert samples is not None and _same(samples.numbers("t"), np.array([1.0, 1.5, 2.0, 2.5]))
+    assert len(notes) == 1 and notes[0].startswith("gpu.parquet: unreadable (")
+    assert notes[0].endswith("read gpu.jsonl instead")
+
+
+def test_no_copy_of_a_file_still_being_written_or_of_a_prefix(tmp_path: Path) -> None:
+    (tmp_path / "writing").mkdir()
+    path = _write(tmp_path / "writing" / "gpu.jsonl", ROWS, tail='{"t": 3.0, "sour')
+    read_samples(path, [])
+    assert not _copy(path).exists()
+    path = _write(tmp_path / "gpu.jsonl", ROWS)
+    read_samples(path, [], limit=2)
+    assert not _copy(path).exists()
