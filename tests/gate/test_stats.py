@@ -3,6 +3,7 @@ import math
 import numpy as np
 import pytest
 
+from gate import stats
 from gate.stats import (
     StatsError,
     betainc,
@@ -170,6 +171,20 @@ def _ranks_by_definition(n, q, alpha):
 @pytest.mark.parametrize("q", [0.07, 0.5, 0.9, 0.99])
 def test_quantile_ranks_match_their_definition(n, q):
     assert quantile_ranks(n, q, confidence=0.95) == _ranks_by_definition(n, q, 0.05)
+
+
+@pytest.mark.parametrize("near", [None, (0, 10), (500, 400), (-50, 10**9), (40, 41), (41, 42)])
+def test_a_guessed_bracket_never_changes_the_search_result(near):
+    # The answer is 41: a bracket that holds it narrows the search, any other is ignored.
+    assert stats._smallest_k(100, lambda k: k >= 41, near=near) == 41
+
+
+@pytest.mark.parametrize("n", [299, 10**4, 10**6, 33_000_000])
+@pytest.mark.parametrize("q", [0.001, 0.5, 0.99, 0.999])
+def test_quantile_ranks_with_the_normal_bracket_equal_the_full_search(n, q, monkeypatch):
+    bracketed = quantile_ranks.__wrapped__(n, q, confidence=0.95)
+    monkeypatch.setattr(stats, "_normal_bracket", lambda *args: (0, n + 1))
+    assert quantile_ranks.__wrapped__(n, q, confidence=0.95) == bracketed
 
 
 def test_quantile_ranks_of_nothing():
