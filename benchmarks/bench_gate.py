@@ -8,8 +8,9 @@ from wait4) and prints a table; writes benchmarks/results/gate.json. Rows, side 
 
 - `parquet`: the gate reads requests.parquet (the run closed cleanly);
 - `jsonl only`: no Parquet (a crashed run): the gate parses requests.jsonl (DuckDB's scan,
-  `gate.rundir.jsonl_scan`) and steps.jsonl and writes requests.parquet and steps.parquet as it
-  goes (removed before every measurement; the `parquet` row reads the last steps.parquet);
+  `gate.rundir.jsonl_scan`), steps.jsonl and gpu.jsonl and writes requests.parquet and the
+  copies steps.parquet and gpu.parquet as it goes (removed before every measurement; the
+  `parquet` row reads the last copies);
 - with `--old REV` also the code of git revision REV (before issue 14: `requests.columns/`, the
   hand-written mirror, and its JSONL parser), checked out with `git worktree` in a temporary
   directory and run there on the same files: `old mirror` (the mirror built by REV's own
@@ -144,6 +145,12 @@ def measure(run_dir: Path, gates_path: Path, *, code_dir: Path = ROOT) -> dict:
         data = json.loads(out_file.read())
     data["process_wall_s"] = wall
     data["peak_rss_mib"] = usage.ru_maxrss / 1024  # Linux: KiB
+    # The whole child's CPU. System time is mostly first touches of fresh memory, which on a
+    # virtual machine cost whatever the host charges for backing it (here 0.07-1.7 s for the
+    # same 512 MiB in fresh processes minutes apart): it says how much of a wall time was luck.
+    data["user_s"] = usage.ru_utime
+    data["sys_s"] = usage.ru_stime
+    data["minor_faults"] = usage.ru_minflt
     return data
 
 
@@ -171,6 +178,7 @@ def _series(name: str, cold: dict, runs: list[dict]) -> dict:
         "mode": name,
         "first": cold,
         "repeats": runs,
+        "best": {k: best[k] for k in ("total_s", "user_s", "sys_s", "minor_faults")},
         "best_total_s": best["total_s"],
         "best_load_s": best["load_s"],
         "best_evaluate_s": best["evaluate_s"],
@@ -232,13 +240,15 @@ def main() -> int:
             series.append(_series(name, cold, [one() for _ in range(repeat)]))
             print(f"measured {name}: {series[-1]['best_total_s']:.2f} s", flush=True)
 
-        steps_parquet = requests_file.with_name("steps.parquet")
+        copies = [requests_file.with_name(f"{n}.parquet") for n in ("steps", "gpu")]
 
         def drop_step_parquet() -> None:
-            # A JSONL-only run has neither copy; the gate writes both as it reads (so the
-            # Parquet rows after these read a steps.parquet the gate wrote, as after a first check).
+            # A JSONL-only run has no copy; the gate writes them as it reads (so the Parquet
+            # rows after these read the steps.parquet and gpu.parquet the gate wrote, as after a
+            # first check).
             parquet.unlink(missing_ok=True)
-            steps_parquet.unlink(missing_ok=True)
+            for copy in copies:
+                copy.unlink(missing_ok=True)
 
         aside = parquet.with_name("requests.parquet.aside")
         parquet.rename(aside)
@@ -280,9 +290,11 @@ def main() -> int:
             f"{parquet_mib:,.0f} MiB; {len(_GATE_SPECS)} gates; verdicts identical across "
             f"modes: {same}; writer JSONL -> Parquet {writer_s:.2f} s"
         )
-        header = ("mode", "first s", "best s", "read s", "evaluate s", "peak RSS MiB", "target")
+        header = ("mode", "first s", "best s", "read s", "evaluate s", "user / sys s (best)",
+                  "peak RSS MiB", "target")  # fmt: skip
         rows = [header]
         for s in series:
+            best = s["best"]
             rows.append(
                 (
                     s["mode"],
@@ -290,6 +302,7 @@ def main() -> int:
                     f"{s['best_total_s']:.2f}",
                     f"{s['best_load_s']:.2f}",
                     f"{s['best_evaluate_s']:.2f}",
+                    f"{best['user_s']:.2f} / {best['sys_s']:.2f}",
                     f"{s['peak_rss_mib']:,.0f}",
                     f"<= {targets[s['mode']]:.1f} s, 1024 MiB" if s["mode"] in targets else "",
                 )
