@@ -88,6 +88,36 @@ def test_order_statistics_fast_path_agrees_with_a_full_sort():
             assert got == {r: float(reference[r]) for r in ranks}
 
 
+@pytest.mark.parametrize("slice_size", [4099, 1 << 20])
+def test_order_statistics_agree_with_a_full_sort_whatever_the_split_slices(slice_size, monkeypatch):
+    monkeypatch.setattr(stats, "_SPLIT_SLICE", slice_size)
+    rng = np.random.default_rng(11)
+    n = 300_001
+    values = rng.gamma(4.0, 0.005, n).astype(np.float32)
+    values[rng.integers(0, n, 50)] = np.nan  # sorts last, as np.sort puts it
+    reference = np.sort(values)
+    for ranks in ([0], [n // 2], [int(0.99 * n) - 7, int(0.99 * n)], [n - 60, n - 1]):
+        got = order_statistics(values, ranks)
+        want = {r: float(reference[r]) for r in ranks}
+        assert got.keys() == want.keys()
+        assert all(np.isnan(want[r]) if np.isnan(got[r]) else got[r] == want[r] for r in ranks)
+
+
+@pytest.mark.parametrize("cuts", [(None, None), (0.3, None), (None, 0.6), (0.3, 0.6)])
+def test_split_counts_below_and_keeps_the_middle_in_order(cuts, monkeypatch):
+    monkeypatch.setattr(stats, "_SPLIT_SLICE", 1000)
+    rng = np.random.default_rng(5)
+    values = rng.random(10_001)
+    values[::97] = np.nan
+    lo, hi = cuts
+    below, middle = stats._split(values, lo, hi)
+    with np.errstate(invalid="ignore"):
+        is_below = values < lo if lo is not None else np.zeros(len(values), dtype=bool)
+        kept = ~is_below & ((values <= hi) if hi is not None else True)
+    assert below == int(is_below.sum())
+    np.testing.assert_array_equal(middle, values[kept])
+
+
 # --- edges and exact values (each kills a mutant that the coverage tests cannot see) ----------
 
 

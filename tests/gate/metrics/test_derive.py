@@ -213,10 +213,14 @@ def test_recovery_time_after_a_spike(tmp_path):
     )  # slow until 1004.0: the bin [1004.0, 1004.5) recovers
 
 
-def test_itl_of_a_run_of_requests_is_a_view_and_equals_the_selection():
+@pytest.mark.parametrize("slice_requests", [7, 1 << 15])
+def test_itl_of_a_run_of_requests_is_a_view_and_equals_the_selection(slice_requests, monkeypatch):
     from types import SimpleNamespace
 
+    from gate.metrics import client
     from gate.metrics.client import _itl_in
+
+    monkeypatch.setattr(client, "_GAP_SLICE_REQUESTS", slice_requests)
 
     rng = np.random.default_rng(3)
     counts = rng.integers(0, 5, 50)
