@@ -97,6 +97,13 @@ def gates_text() -> str:
 _CHILD = """
 import sys, time, json
 t0 = time.perf_counter()
+try:
+    from gate.huge_pages import prefer_small_pages  # what `batchgate` does at start
+except ImportError:  # --old code, from before it: the same page policy, like for like
+    def prefer_small_pages():
+        from numpy._core.multiarray import _set_madvise_hugepage
+        _set_madvise_hugepage(False)
+prefer_small_pages()
 from gate.gates.file import load
 from gate.rundir.run import load_run
 from gate.verdicts.evaluate import evaluate

@@ -27,6 +27,7 @@ STAGES: dict[str, int] = {
     "gate.stats": 0,
     "gate.sequential": 0,
     "gate.glossary": 0,
+    "gate.huge_pages": 0,
     "gate.gates": 1,
     "gate.rundir": 1,
     "gate.observers": 1,
@@ -40,7 +41,14 @@ STAGES: dict[str, int] = {
     "gate.commands": 6,
     "gate.cli": 6,
 }
-LEAF_ORDER = ("gate.errors", "gate.units", "gate.glossary", "gate.stats", "gate.sequential")
+LEAF_ORDER = (
+    "gate.errors",
+    "gate.units",
+    "gate.glossary",
+    "gate.stats",
+    "gate.sequential",
+    "gate.huge_pages",
+)
 
 
 def _modules() -> list[str]:
