@@ -16,6 +16,7 @@ underscores, label values stay UTF-8).
 
 from __future__ import annotations
 
+import operator
 from typing import Any
 
 from prometheus_client import Histogram
@@ -23,6 +24,7 @@ from prometheus_client import metrics as client_metrics
 from prometheus_client.exposition import generate_latest
 from prometheus_client.openmetrics import exposition as openmetrics
 from prometheus_client.utils import floatToGoString
+from prometheus_client.values import MutexValue
 
 __all__ = ["Exposition"]
 
@@ -38,6 +40,7 @@ _TYPES = {
     "unknown": ("", "untyped"),
 }
 _OM_SUFFIXES = ("_created", "_gsum", "_gcount")
+_RAW = operator.attrgetter("_value")
 # Bounds the memo: label values that grow without end (none of ours do) must not grow it.
 _MAX_PREFIXES = 20_000
 
@@ -64,6 +67,8 @@ class Exposition:
         self._prefixes: dict[tuple[str, tuple[tuple[str, str], ...]], str] = {}
         self._headers: dict[tuple[str, str, str], str] = {}
         self._children: dict[tuple[str, tuple[tuple[str, str], ...]], list[str]] = {}
+        # Per histogram child: its raw values at the last scrape and the lines they made.
+        self._child_text: dict[tuple[str, tuple[tuple[str, str], ...]], tuple[tuple, str, str]] = {}
 
     def render(self) -> bytes:
         try:
@@ -128,21 +133,48 @@ class Exposition:
             for values, child in children:
                 series = tuple(zip(label_names, values, strict=True))
                 prefixes = self._series(name, series, child._upper_bounds)
-                total = 0.0
-                for prefix, bucket in zip(prefixes, child._buckets, strict=False):
-                    total += bucket.get()
-                    output.append(f"{prefix}{_number(total)}\n")
-                count, sum_, created_ = prefixes[-3:]
-                output.append(f"{count}{_number(total)}\n")
-                if child._upper_bounds[0] >= 0:
-                    output.append(f"{sum_}{_number(child._sum.get())}\n")
+                lines, created_line = self._child_lines(name, series, prefixes, child)
+                output.append(lines)
                 if client_metrics._use_created:
-                    created.append(f"{created_}{_number(child._created)}\n")
+                    created.append(created_line)
         except AttributeError as error:  # prometheus_client's internals changed
             raise _Fallback from error
         if created:
             output.append(self._header(name + "_created", "gauge", doc))
             output.extend(created)
+
+    def _child_lines(
+        self, name: str, series: tuple[tuple[str, str], ...], prefixes: list[str], child: Any
+    ) -> tuple[str, str]:
+        """One child's bucket, _count and _sum lines, and its _created line. Formatting is most
+        of a scrape's cost and most children have not changed since the last one (under load
+        only the step histograms move between two scrapes): a child whose raw values are those
+        of the last scrape gets the same text back. Values are read as `get()` reads them,
+        without its lock per bucket (a float read is atomic under the GIL); a value class other
+        than the library's default takes the public way."""
+        buckets, total_value = child._buckets, child._sum
+        if type(total_value) is MutexValue:
+            raw = (total_value._value, *map(_RAW, buckets))
+        else:
+            raw = (total_value.get(), *(bucket.get() for bucket in buckets))
+        key = (name, series)
+        cached = self._child_text.get(key)
+        if cached is not None and cached[0] == raw:
+            return cached[1], cached[2]
+        lines = []
+        total = 0.0
+        for prefix, count in zip(prefixes, raw[1:], strict=False):
+            total += count
+            lines.append(f"{prefix}{_number(total)}\n")
+        count_prefix, sum_prefix, created_prefix = prefixes[-3:]
+        lines.append(f"{count_prefix}{_number(total)}\n")
+        if child._upper_bounds[0] >= 0:
+            lines.append(f"{sum_prefix}{_number(raw[0])}\n")
+        text, created = "".join(lines), f"{created_prefix}{_number(child._created)}\n"
+        if len(self._child_text) >= _MAX_PREFIXES:
+            self._child_text.clear()
+        self._child_text[key] = (raw, text, created)
+        return text, created
 
     def _series(
         self, name: str, series: tuple[tuple[str, str], ...], bounds: list[float]

@@ -71,6 +71,23 @@ def test_output_is_byte_identical_to_the_library_as_values_and_series_change() -
         assert renderer.render() == generate_latest(registry)
 
 
+def test_unchanged_histograms_reuse_their_text_and_any_change_shows() -> None:
+    registry = CollectorRegistry()
+    moving = Histogram("x_moving", "Moves.", buckets=(1, 2), registry=registry)
+    still = Histogram("x_still", "Still.", ["priority"], buckets=(1, 2), registry=registry)
+    still.labels(priority="batch").observe(1.5)
+    renderer = Exposition(registry)
+    for step in range(5):
+        moving.observe(0.5 * step)
+        assert renderer.render() == generate_latest(registry)
+    # A zero leaves the sum as it was and moves only the counts; so does a value at a bound.
+    still.labels(priority="batch").observe(0.0)
+    assert renderer.render() == generate_latest(registry)
+    still.labels(priority="batch").observe(2.0)
+    assert renderer.render() == generate_latest(registry)
+    assert b'x_still_count{priority="batch"} 3.0' in renderer.render()
+
+
 def test_the_servers_own_metrics_render_like_the_library() -> None:
     stats = _Stats()
     metrics = ServerMetrics(
