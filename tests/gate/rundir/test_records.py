@@ -118,3 +118,27 @@ def test_equal_times_and_nulls_are_not_impossible(tmp_path):
     records[1]["done_at"] = None
     write_jsonl(tmp_path / "r.jsonl", records)
     assert read_requests(tmp_path / "r.jsonl").n == 3
+
+
+@pytest.mark.parametrize("bound", ["file size", 3, None])
+def test_gaps_fill_one_array_sized_from_the_file_and_overflow_is_joined(
+    tmp_path, monkeypatch, bound
+):
+    # A JSONL's gaps go into one array whose length is bound by the file's size (no join of
+    # per-table parts at the end); a bound too small (weighted chunks) or none joins parts,
+    # with the same values.
+    from gate.rundir import requests as requests_module
+
+    records = request_records(40, chunks=6, itl_seconds=0.02)
+    records[3].update(chunk_times=[10.0, 10.3, 10.4], chunk_tokens=[1, 3, 50], output_tokens=54)
+    write_jsonl(tmp_path / "r.jsonl", records)
+    if bound != "file size":
+        monkeypatch.setattr(requests_module, "_gap_bound", lambda path: bound)
+    columns = read_requests(tmp_path / "r.jsonl")
+    assert columns.itl_counts.sum() == len(columns.itl_seconds) == 39 * 5 + 53
+    expected = [0.02] * 15 + [0.1] * 3 + [0.002] * 50 + [0.02] * 180
+    assert columns.itl_seconds == pytest.approx(expected, abs=1e-5)
+    if bound == "file size":
+        size = (tmp_path / "r.jsonl").stat().st_size
+        assert requests_module._gap_bound(tmp_path / "r.jsonl") == size // 2
+        assert columns.itl_seconds.base is not None and columns.itl_seconds.base.size == size // 2
