@@ -248,10 +248,10 @@ def _split(
     32 MiB for 32M gaps) were fresh memory every call, and a virtual machine's host can charge
     more for first touching it than the comparisons cost. NaN is never below; it is cut by
     `hi_cut`, or kept to sort last in the middle, where np.partition puts it too."""
-    size = min(_SPLIT_SLICE, len(values))
+    size = max(min(_SPLIT_SLICE, len(values)), 1)
     keep, within = np.empty(size, dtype=bool), np.empty(size, dtype=bool)
     below = 0
-    parts = []
+    parts = [values[:0]]
     for start in range(0, len(values), size):
         part = values[start : start + size]
         k = keep[: len(part)]
@@ -266,7 +266,7 @@ def _split(
             np.less_equal(part, hi_cut, out=w)
             k &= w
         parts.append(part[k])
-    return below, (np.concatenate(parts) if len(parts) > 1 else parts[0]) if parts else values[:0]
+    return below, (parts[-1] if len(parts) == 2 else np.concatenate(parts))
 
 
 def quantile_bounds(values: np.ndarray, q: float, *, confidence: float) -> Bounds:

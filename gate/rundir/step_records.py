@@ -217,5 +217,8 @@ def _write_parquet(
     arrays = {"seq": seq, **{name: getattr(columns, name) for name in STEP_FIELDS}}
     for key in _GAUGES:
         arrays.update({f"{key}.{c}": v for c, v in getattr(columns, key).items()})
-    write_copy(jsonl, pa.table({name: float64_array(values) for name, values in arrays.items()}),
-               stamp)  # fmt: skip
+    try:
+        table = pa.table({name: float64_array(values) for name, values in arrays.items()})
+    except pa.ArrowException:  # as a failed write: only the next read's speed is lost
+        return
+    write_copy(jsonl, table, stamp)

@@ -153,23 +153,25 @@ class Exposition:
         without its lock per bucket (a float read is atomic under the GIL); a value class other
         than the library's default takes the public way."""
         buckets, total_value = child._buckets, child._sum
+        # With the child's creation time: a child removed and made again starts from the same
+        # zeros, but not at the same time.
         if type(total_value) is MutexValue:
-            raw = (total_value._value, *map(_RAW, buckets))
+            raw = (child._created, total_value._value, *map(_RAW, buckets))
         else:
-            raw = (total_value.get(), *(bucket.get() for bucket in buckets))
+            raw = (child._created, total_value.get(), *(bucket.get() for bucket in buckets))
         key = (name, series)
         cached = self._child_text.get(key)
         if cached is not None and cached[0] == raw:
             return cached[1], cached[2]
         lines = []
         total = 0.0
-        for prefix, count in zip(prefixes, raw[1:], strict=False):
+        for prefix, count in zip(prefixes, raw[2:], strict=False):
             total += count
             lines.append(f"{prefix}{_number(total)}\n")
         count_prefix, sum_prefix, created_prefix = prefixes[-3:]
         lines.append(f"{count_prefix}{_number(total)}\n")
         if child._upper_bounds[0] >= 0:
-            lines.append(f"{sum_prefix}{_number(raw[0])}\n")
+            lines.append(f"{sum_prefix}{_number(raw[1])}\n")
         text, created = "".join(lines), f"{created_prefix}{_number(child._created)}\n"
         if len(self._child_text) >= _MAX_PREFIXES:
             self._child_text.clear()

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import random
+import time
 
 import pytest
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
@@ -86,6 +87,13 @@ def test_unchanged_histograms_reuse_their_text_and_any_change_shows() -> None:
     still.labels(priority="batch").observe(2.0)
     assert renderer.render() == generate_latest(registry)
     assert b'x_still_count{priority="batch"} 3.0' in renderer.render()
+    # A child removed and made again: the same zeros as before, a new creation time.
+    still.labels(priority="new")
+    assert renderer.render() == generate_latest(registry)
+    time.sleep(0.01)
+    still.remove("new")
+    still.labels(priority="new")
+    assert renderer.render() == generate_latest(registry)
 
 
 def test_the_servers_own_metrics_render_like_the_library() -> None:
