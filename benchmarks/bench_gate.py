@@ -249,7 +249,7 @@ def main() -> int:
 
         copies = [requests_file.with_name(f"{n}.parquet") for n in ("steps", "gpu")]
 
-        def drop_step_parquet() -> None:
+        def drop_parquet_files() -> None:
             # A JSONL-only run has no copy; the gate writes them as it reads (so the Parquet
             # rows after these read the steps.parquet and gpu.parquet the gate wrote, as after a
             # first check).
@@ -260,7 +260,7 @@ def main() -> int:
         aside = parquet.with_name("requests.parquet.aside")
         parquet.rename(aside)
         try:
-            checks("jsonl only", args.jsonl_repeat, ROOT, before=drop_step_parquet)
+            checks("jsonl only", args.jsonl_repeat, ROOT, before=drop_parquet_files)
         finally:
             parquet.unlink(missing_ok=True)
             aside.rename(parquet)

@@ -6,7 +6,9 @@ requests.parquet may stand for the JSONL, reads it a slice at a time and writes 
 turns either into numpy columns (`read_requests`), `gaps` turns chunk times into per-token gaps,
 `arrow_views` and `ahead` are the readers' numpy views of Arrow buffers and their read-ahead
 thread, `step_records` reads steps.jsonl (or its steps.parquet copy) into columns,
-`observer_records` the other observer files into records, `abort` reads and writes abort.json,
+`sample_records` gpu.jsonl (or its gpu.parquet copy), `parquet_copy` reads and writes those
+stamped copies, `observer_records` the other observer files into records, `abort` reads and
+writes abort.json,
 `run` puts a run together (`load_run` -> RunData / ProfileData). Formats only: no metric
 formulas, no gates.
 """

@@ -6,8 +6,9 @@ the GIL (a long run's 100k samples took 0.35-0.42 s as Python dicts, time the re
 running beside it, waited for), and the records as dicts are made only when something asks for
 them (the HTML report's slices). A file that reader refuses (a partial last line, a bad line, a
 field whose type changes) is read line by line by `read_jsonl` instead, with its exact notes and
-errors, so what a run directory means never depends on which reader took it. It does not know
-what the samples mean (`gate.metrics.sampler`).
+errors, so what a run directory means never depends on which reader took it. A whole file the
+column reader took gets a stamped Parquet copy (`gpu.parquet`, parquet_copy.py) that later reads
+use while it matches. It does not know what the samples mean (`gate.metrics.sampler`).
 """
 
 from __future__ import annotations
