@@ -12,8 +12,9 @@ Run: .venv/bin/python benchmarks/bench_server.py [--device cpu] [--requests 32] 
    tokens/s / best offline tokens/s, and beside it the median and range of each round's HTTP run
    over the same round's offline run, and each side's wall time split by the engine's step
    records (step_breakdown.py: forward passes, time between steps, the edges). Meanwhile a
-   separate process fetches /health and /metrics in turn every 50 ms: their p99 (over the probes
-   of all runs together) is what a liveness probe and a scrape see while the engine is saturated.
+   separate process (server_probe.py, started and connected before the run) fetches /health and
+   /metrics in turn every 50 ms: their p99 (over the probes of all runs together) is what a
+   liveness probe and a scrape see while the engine is saturated.
 3. Low load: requests one at a time; client TTFT = request sent -> first content chunk;
    server TTFT = the server's batchgate_ttft_seconds histogram (sum/count over the same window).
 Prints a table and writes benchmarks/results/server.json.
@@ -172,37 +173,34 @@ async def stream_one(
 
 
 def probe_process(url: str) -> subprocess.Popen:
-    """A separate process that GETs /health and /metrics in turn, one every
-    PROBE_INTERVAL_SECONDS, until its stdin closes, then prints their latencies as JSON: what a
-    liveness probe and a Prometheus scrape see. In its own process so that the benchmark
-    client's busy event loop (64 streams) does not add its own delay to the readings."""
-    command = [sys.executable, str(Path(__file__).resolve()), "--probe-only", url]
+    """server_probe.py in a process of its own (the benchmark client's busy event loop, 64
+    streams, would add its own delay to the readings), started, connected and warm: it records
+    from `start_probe` on, so its start is not part of the run it measures."""
+    command = [sys.executable, str(Path(__file__).resolve().parent / "server_probe.py"), url,
+               "--interval", str(PROBE_INTERVAL_SECONDS)]  # fmt: skip
     # At normal priority even when the client is niced (--client-nice): a probe stands for the
     # kubelet or Prometheus, not for the load.
-    return subprocess.Popen(
+    process = subprocess.Popen(
         command, stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True,
         preexec_fn=lambda: _renice_to(0),
     )  # fmt: skip
+    line = process.stdout.readline()  # it prints `ready` or fails (and closes its stdout)
+    if line.strip() != "ready":
+        process.kill()
+        process.communicate()  # reaps it and closes the pipes
+        raise SystemExit(f"probe did not start (it said {line!r}; its error is above)")
+    return process
 
 
-def run_probe(url: str) -> int:
-    import selectors
-
-    latencies: dict[str, list[float]] = {"/health": [], "/metrics": []}
-    stop = selectors.DefaultSelector()
-    stop.register(sys.stdin, selectors.EVENT_READ)
-    with httpx.Client(base_url=url, timeout=30) as http:
-        while not stop.select(PROBE_INTERVAL_SECONDS):
-            for path, values in latencies.items():
-                sent = time.perf_counter()
-                http.get(path).raise_for_status()
-                values.append(time.perf_counter() - sent)
-    print(json.dumps(latencies))
-    return 0
+def start_probe(process: subprocess.Popen) -> None:
+    process.stdin.write("go\n")
+    process.stdin.flush()
 
 
 def stop_probe(process: subprocess.Popen) -> dict[str, list[float]]:
-    out, _ = process.communicate("", timeout=60)
+    out, _ = process.communicate(timeout=60)  # closes its stdin: it stops and prints
+    if process.returncode:
+        raise SystemExit(f"probe failed (exit {process.returncode})")
     return json.loads(out.strip().splitlines()[-1])
 
 
@@ -225,6 +223,7 @@ async def run_http(url: str, prompts: list[list[int]], max_tokens: int) -> dict:
     await stream_completion(host, int(port), body(prompts[0], 4, 0))  # warm-up
     before = latest_seq(url)
     prober = probe_process(url)
+    start_probe(prober)
     started = time.perf_counter()
     results = await asyncio.gather(
         *(stream_completion(host, int(port), body(p, max_tokens, i)) for i, p in enumerate(prompts))
@@ -320,13 +319,10 @@ def main() -> int:
         "side (default)",
     )
     parser.add_argument("--offline-only", action="store_true", help=argparse.SUPPRESS)
-    parser.add_argument("--probe-only", metavar="URL", help=argparse.SUPPRESS)
     parser.add_argument(
         "--output", default=str(REPO_ROOT / "benchmarks" / "results" / "server.json")
     )
     args = parser.parse_args()
-    if args.probe_only:
-        return run_probe(args.probe_only)
     config = EngineConfig(
         device=args.device,
         batching=BatchingConfig(

@@ -1,0 +1,117 @@
+"""server_probe.py, the /health and /metrics prober of bench_server.py, against a small local HTTP
+server on port 0: it warms up before `ready`, records only from `go` until its stdin closes, and
+a probe that cannot start says so. Nothing here asserts a speed."""
+
+from __future__ import annotations
+
+import http.server
+import json
+import subprocess
+import sys
+import threading
+import time
+from collections import Counter
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+BENCHMARKS = Path(__file__).resolve().parents[2] / "benchmarks"
+sys.path.insert(0, str(BENCHMARKS))
+
+
+class _Target(http.server.ThreadingHTTPServer):
+    def __init__(self, health_status: int) -> None:
+        super().__init__(("127.0.0.1", 0), _Handler)
+        self.health_status = health_status
+        self.hits: Counter[str] = Counter()
+
+
+class _Handler(http.server.BaseHTTPRequestHandler):
+    protocol_version = "HTTP/1.1"  # keep-alive, as the reference server
+
+    def do_GET(self) -> None:  # noqa: N802 (the stdlib's name)
+        server: _Target = self.server  # type: ignore[assignment]
+        server.hits[self.path] += 1
+        status = server.health_status if self.path == "/health" else 200
+        body = b"ok\n"
+        self.send_response(status)
+        self.send_header("Content-Length", str(len(body)))
+        self.end_headers()
+        self.wfile.write(body)
+
+    def log_message(self, *args: object) -> None:
+        pass
+
+
+@pytest.fixture
+def target(request) -> Iterator[tuple[_Target, str]]:
+    server = _Target(getattr(request, "param", 200))
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    try:
+        yield server, f"http://127.0.0.1:{server.server_address[1]}"
+    finally:
+        server.shutdown()
+        server.server_close()
+
+
+def _wait_for_hits(server: _Target, path: str, count: int) -> None:
+    deadline = time.monotonic() + 30
+    while server.hits[path] < count:
+        assert time.monotonic() < deadline, f"{path}: {server.hits[path]} of {count} probes"
+        time.sleep(0.01)
+
+
+def test_it_records_only_between_go_and_the_end_of_its_input(target) -> None:
+    import bench_server
+
+    server, url = target
+    process = bench_server.probe_process(url)  # returns once the probe printed `ready`
+    try:
+        assert server.hits == {"/health": 1, "/metrics": 1}  # the warm-up pair
+        time.sleep(0.3)  # six intervals: nothing is probed before `go`
+        assert server.hits == {"/health": 1, "/metrics": 1}
+        bench_server.start_probe(process)
+        _wait_for_hits(server, "/metrics", 4)  # three recorded pairs at least
+    finally:
+        latencies = bench_server.stop_probe(process)
+    assert set(latencies) == {"/health", "/metrics"}
+    assert len(latencies["/health"]) == len(latencies["/metrics"]) >= 3
+    assert server.hits["/health"] == 1 + len(latencies["/health"])  # the warm-up is not recorded
+    assert all(0 < value < 30 for values in latencies.values() for value in values)
+
+
+def test_input_that_ends_before_go_gives_no_latencies(target) -> None:
+    server, url = target
+    process = subprocess.run(
+        [sys.executable, str(BENCHMARKS / "server_probe.py"), url],
+        input="", capture_output=True, text=True, timeout=60,
+    )  # fmt: skip
+    assert process.returncode == 0, process.stderr
+    ready, result = process.stdout.strip().splitlines()
+    assert ready == "ready"
+    assert json.loads(result) == {"/health": [], "/metrics": []}
+    assert server.hits == {"/health": 1, "/metrics": 1}
+
+
+@pytest.mark.parametrize("target", [503], indirect=True)
+def test_a_probe_that_cannot_start_is_an_error(target) -> None:
+    import bench_server
+
+    _, url = target
+    with pytest.raises(SystemExit, match="probe did not start"):
+        bench_server.probe_process(url)
+
+
+def test_a_probe_that_fails_during_the_run_fails_the_benchmark(target) -> None:
+    import bench_server
+
+    server, url = target
+    process = bench_server.probe_process(url)
+    server.health_status = 503  # the server stops answering after the warm-up
+    bench_server.start_probe(process)
+    _wait_for_hits(server, "/health", 2)
+    process.wait(timeout=30)  # it stops at its first failed probe
+    with pytest.raises(SystemExit, match="probe failed"):
+        bench_server.stop_probe(process)
