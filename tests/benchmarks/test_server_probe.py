@@ -30,7 +30,7 @@ class _Target(http.server.ThreadingHTTPServer):
 class _Handler(http.server.BaseHTTPRequestHandler):
     protocol_version = "HTTP/1.1"  # keep-alive, as the reference server
 
-    def do_GET(self) -> None:  # noqa: N802 (the stdlib's name)
+    def do_GET(self) -> None:  # the stdlib handler's name for GET
         server: _Target = self.server  # type: ignore[assignment]
         server.hits[self.path] += 1
         status = server.health_status if self.path == "/health" else 200
