@@ -237,12 +237,18 @@ async def run_http(url: str, prompts: list[list[int]], max_tokens: int) -> dict:
     await stream_completion(host, int(port), body(prompts[0], 4, 0))  # warm-up
     before = latest_seq(url)
     prober = probe_process(url)
-    start_probe(prober)
-    started = time.perf_counter()
-    results = await asyncio.gather(
-        *(stream_completion(host, int(port), body(p, max_tokens, i)) for i, p in enumerate(prompts))
-    )
-    elapsed = time.perf_counter() - started
+    try:
+        start_probe(prober)
+        started = time.perf_counter()
+        results = await asyncio.gather(
+            *(stream_completion(host, int(port), body(p, max_tokens, i))
+              for i, p in enumerate(prompts))
+        )  # fmt: skip
+        elapsed = time.perf_counter() - started
+    except BaseException:
+        prober.kill()  # not left probing a server the benchmark is about to stop
+        prober.communicate()
+        raise
     probes = stop_probe(prober)
     steps = breakdown(fetch_steps(url, before), elapsed, len(prompts))
     health, metrics = probes["/health"], probes["/metrics"]
