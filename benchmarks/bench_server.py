@@ -45,6 +45,7 @@ REPO_ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO_ROOT))
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
+import server_probe  # noqa: E402
 from raw_stream import has_content, stream_completion  # noqa: E402
 from step_breakdown import breakdown, fetch_steps, latest_seq, side_by_side  # noqa: E402
 
@@ -175,38 +176,6 @@ async def stream_one(
             "output_tokens": usage["completion_tokens"] if usage else 0}  # fmt: skip
 
 
-def probe_process(url: str) -> subprocess.Popen:
-    """server_probe.py in a process of its own (the benchmark client's busy event loop, 64
-    streams, would add its own delay to the readings), started, connected and warm: it records
-    from `start_probe` on, so its start is not part of the run it measures."""
-    command = [sys.executable, str(Path(__file__).resolve().parent / "server_probe.py"), url,
-               "--interval", str(PROBE_INTERVAL_SECONDS)]  # fmt: skip
-    # At normal priority even when the client is niced (--client-nice): a probe stands for the
-    # kubelet or Prometheus, not for the load.
-    process = subprocess.Popen(
-        command, stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True,
-        preexec_fn=lambda: _renice_to(0),
-    )  # fmt: skip
-    line = process.stdout.readline()  # it prints `ready` or fails (and closes its stdout)
-    if line.strip() != "ready":
-        process.kill()
-        process.communicate()  # reaps it and closes the pipes
-        raise SystemExit(f"probe did not start (it said {line!r}; its error is above)")
-    return process
-
-
-def start_probe(process: subprocess.Popen) -> None:
-    process.stdin.write("go\n")
-    process.stdin.flush()
-
-
-def stop_probe(process: subprocess.Popen) -> dict[str, list[float]]:
-    out, _ = process.communicate(timeout=60)  # closes its stdin: it stops and prints
-    if process.returncode:
-        raise SystemExit(f"probe failed (exit {process.returncode})")
-    return json.loads(out.strip().splitlines()[-1])
-
-
 def _p99_upper_ms(values: list[float]) -> float | None:
     """The distribution-free one-sided 95 % upper bound of the p99 (the gate's own statistic,
     gate.stats); None while there are too few probes for one (fewer than 299)."""
@@ -236,9 +205,11 @@ async def run_http(url: str, prompts: list[list[int]], max_tokens: int) -> dict:
 
     await stream_completion(host, int(port), body(prompts[0], 4, 0))  # warm-up
     before = latest_seq(url)
-    prober = probe_process(url)
+    # At normal priority even when the client is niced (--client-nice): a probe stands for the
+    # kubelet or Prometheus, not for the load.
+    prober = server_probe.launch(url, PROBE_INTERVAL_SECONDS, preexec_fn=lambda: _renice_to(0))
     try:
-        start_probe(prober)
+        server_probe.start(prober)
         started = time.perf_counter()
         results = await asyncio.gather(
             *(stream_completion(host, int(port), body(p, max_tokens, i))
@@ -249,7 +220,7 @@ async def run_http(url: str, prompts: list[list[int]], max_tokens: int) -> dict:
         prober.kill()  # not left probing a server the benchmark is about to stop
         prober.communicate()
         raise
-    probes = stop_probe(prober)
+    probes = server_probe.stop(prober)
     steps = breakdown(fetch_steps(url, before), elapsed, len(prompts))
     health, metrics = probes["/health"], probes["/metrics"]
     tokens = sum(r["output_tokens"] for r in results)

@@ -2,11 +2,12 @@
 pair every `interval` seconds, and prints their latencies as JSON (`{"/health": [s, ...],
 "/metrics": [...]}`). It stands for the kubelet and Prometheus beside a saturated server.
 
-Protocol with the benchmark that starts it (bench_server.py), so that nothing of its own start
-lands in a measured run: it imports, connects and probes each path once, then prints `ready`;
-it records from the line `go` on stdin until stdin closes, then prints the JSON. Its start used
-to fall inside the run it measured: half a second of CPU (the benchmark's imports) taken from a
-server on a 2-core machine, and a first probe that paid for the TCP connection.
+Protocol with the benchmark that starts it (bench_server.py, through `launch`, `start` and
+`stop` here), so that nothing of its own start lands in a measured run: it imports, connects
+and probes each path once, then prints `ready`; it records from the line `go` on stdin until
+stdin closes, then prints the JSON. Its start used to fall inside the run it measured: half a
+second of CPU (the benchmark's imports) taken from a server on a 2-core machine, and a first
+probe that paid for the TCP connection.
 
     python benchmarks/server_probe.py URL [--interval 0.05]
 """
@@ -17,8 +18,11 @@ import argparse
 import json
 import os
 import selectors
+import subprocess
 import sys
 import time
+from collections.abc import Callable
+from pathlib import Path
 
 import httpx
 
@@ -54,6 +58,36 @@ def probe(url: str, interval: float) -> dict[str, list[float]]:
                 http.get(path).raise_for_status()
                 values.append(time.perf_counter() - sent)
     return latencies
+
+
+def launch(
+    url: str, interval: float, *, preexec_fn: Callable[[], None] | None = None
+) -> subprocess.Popen:
+    """This script in a process of its own (a benchmark client's busy event loop would add its
+    own delay to the readings), returned once connected and warm: it records from `start` on."""
+    command = [sys.executable, str(Path(__file__).resolve()), url, "--interval", str(interval)]
+    process = subprocess.Popen(
+        command, stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True, preexec_fn=preexec_fn
+    )
+    line = process.stdout.readline()  # it prints `ready` or fails (and closes its stdout)
+    if line.strip() != "ready":
+        process.kill()
+        process.communicate()  # reaps it and closes the pipes
+        raise SystemExit(f"probe did not start (it said {line!r}; its error is above)")
+    return process
+
+
+def start(process: subprocess.Popen) -> None:
+    process.stdin.write("go\n")
+    process.stdin.flush()
+
+
+def stop(process: subprocess.Popen) -> dict[str, list[float]]:
+    """The latencies recorded since `start`; raises SystemExit when a probe failed."""
+    out, _ = process.communicate(timeout=60)  # closes its stdin: it stops and prints
+    if process.returncode:
+        raise SystemExit(f"probe failed (exit {process.returncode})")
+    return json.loads(out.strip().splitlines()[-1])
 
 
 def main() -> int:

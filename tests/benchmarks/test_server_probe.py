@@ -1,6 +1,7 @@
-"""server_probe.py, the /health and /metrics prober of bench_server.py, against a small local HTTP
-server on port 0: it warms up before `ready`, records only from `go` until its stdin closes, and
-a probe that cannot start says so. Nothing here asserts a speed."""
+"""server_probe.py, the /health and /metrics prober of bench_server.py, driven as the benchmark
+drives it (launch, start, stop) against a small local HTTP server on port 0: it warms up before
+`ready`, records only from `go` until its stdin closes, and a probe that cannot start or fails
+says so. Nothing here asserts a speed."""
 
 from __future__ import annotations
 
@@ -64,18 +65,18 @@ def _wait_for_hits(server: _Target, path: str, count: int) -> None:
 
 
 def test_it_records_only_between_go_and_the_end_of_its_input(target) -> None:
-    import bench_server
+    import server_probe
 
     server, url = target
-    process = bench_server.probe_process(url)  # returns once the probe printed `ready`
+    process = server_probe.launch(url, 0.05)  # returns once the probe printed `ready`
     try:
         assert server.hits == {"/health": 1, "/metrics": 1}  # the warm-up pair
         time.sleep(0.3)  # six intervals: nothing is probed before `go`
         assert server.hits == {"/health": 1, "/metrics": 1}
-        bench_server.start_probe(process)
+        server_probe.start(process)
         _wait_for_hits(server, "/metrics", 4)  # three recorded pairs at least
     finally:
-        latencies = bench_server.stop_probe(process)
+        latencies = server_probe.stop(process)
     assert set(latencies) == {"/health", "/metrics"}
     assert len(latencies["/health"]) == len(latencies["/metrics"]) >= 3
     assert server.hits["/health"] == 1 + len(latencies["/health"])  # the warm-up is not recorded
@@ -97,21 +98,21 @@ def test_input_that_ends_before_go_gives_no_latencies(target) -> None:
 
 @pytest.mark.parametrize("target", [503], indirect=True)
 def test_a_probe_that_cannot_start_is_an_error(target) -> None:
-    import bench_server
+    import server_probe
 
     _, url = target
     with pytest.raises(SystemExit, match="probe did not start"):
-        bench_server.probe_process(url)
+        server_probe.launch(url, 0.05)
 
 
 def test_a_probe_that_fails_during_the_run_fails_the_benchmark(target) -> None:
-    import bench_server
+    import server_probe
 
     server, url = target
-    process = bench_server.probe_process(url)
+    process = server_probe.launch(url, 0.05)
     server.health_status = 503  # the server stops answering after the warm-up
-    bench_server.start_probe(process)
+    server_probe.start(process)
     _wait_for_hits(server, "/health", 2)
     process.wait(timeout=30)  # it stops at its first failed probe
     with pytest.raises(SystemExit, match="probe failed"):
-        bench_server.stop_probe(process)
+        server_probe.stop(process)
