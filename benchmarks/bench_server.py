@@ -39,6 +39,7 @@ from pathlib import Path
 from typing import Any
 
 import httpx
+import numpy as np
 from prometheus_client.parser import text_string_to_metric_families
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
@@ -49,6 +50,7 @@ import server_probe  # noqa: E402
 from raw_stream import has_content, stream_completion  # noqa: E402
 from step_breakdown import breakdown, fetch_steps, latest_seq, side_by_side  # noqa: E402
 
+from gate.stats import quantile_bounds  # noqa: E402
 from reference_server.config import BatchingConfig, EngineConfig  # noqa: E402
 from reference_server.engine import Engine  # noqa: E402
 from reference_server.sampling_params import SamplingParams  # noqa: E402
@@ -179,10 +181,6 @@ async def stream_one(
 def _p99_upper_ms(values: list[float]) -> float | None:
     """The distribution-free one-sided 95 % upper bound of the p99 (the gate's own statistic,
     gate.stats); None while there are too few probes for one (fewer than 299)."""
-    import numpy as np
-
-    from gate.stats import quantile_bounds
-
     upper = quantile_bounds(np.asarray(values, dtype=float), 0.99, confidence=PROBE_CONFIDENCE)
     return None if upper.upper == float("inf") else upper.upper * 1e3
 

@@ -95,9 +95,11 @@ def main() -> int:
     parser.add_argument("url")
     parser.add_argument("--interval", type=float, default=0.05, help="seconds between pairs")
     args = parser.parse_args()
+    if not args.interval > 0:
+        parser.error(f"--interval must be > 0 seconds, got {args.interval}")
     try:
         latencies = probe(args.url, args.interval)
-    except httpx.HTTPError as exc:  # a probe that fails is a failed benchmark, not a slow one
+    except (httpx.HTTPError, httpx.InvalidURL) as exc:  # a failed benchmark, not a slow one
         print(f"server_probe: {exc}", file=sys.stderr)
         return 1
     print(json.dumps(latencies), flush=True)

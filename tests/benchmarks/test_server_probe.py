@@ -116,3 +116,21 @@ def test_a_probe_that_fails_during_the_run_fails_the_benchmark(target) -> None:
     process.wait(timeout=30)  # it stops at its first failed probe
     with pytest.raises(SystemExit, match="probe failed"):
         server_probe.stop(process)
+
+
+@pytest.mark.parametrize(
+    ("args", "said"),
+    [
+        (["http://127.0.0.1:1"], "server_probe: "),  # a closed port: nothing listens
+        (["http://[::1"], "server_probe: "),  # not a URL
+        (["http://127.0.0.1:1", "--interval", "0"], "--interval must be > 0"),
+    ],
+)
+def test_bad_input_is_a_message_and_a_non_zero_exit(args, said) -> None:
+    process = subprocess.run(
+        [sys.executable, str(BENCHMARKS / "server_probe.py"), *args],
+        input="", capture_output=True, text=True, timeout=60,
+    )  # fmt: skip
+    assert process.returncode != 0
+    assert said in process.stderr
+    assert "Traceback" not in process.stderr
