@@ -172,12 +172,15 @@ def measure(run_dir: Path, gates_path: Path, *, code_dir: Path = ROOT) -> dict:
 
 def _old_worktree(rev: str) -> Path:
     where = Path(tempfile.mkdtemp(prefix="bench-gate-old-")) / "tree"
-    subprocess.run(
+    added = subprocess.run(
         ["git", "worktree", "add", "--detach", str(where), rev],
         cwd=ROOT,
-        check=True,
         capture_output=True,
+        text=True,
     )
+    if added.returncode:
+        shutil.rmtree(where.parent, ignore_errors=True)
+        raise SystemExit(f"--old {rev}: git cannot check it out: {added.stderr.strip()[-500:]}")
     return where
 
 
