@@ -314,6 +314,10 @@ def main() -> int:
         "--output", default=str(REPO_ROOT / "benchmarks" / "results" / "server.json")
     )
     args = parser.parse_args()
+    for name in ("requests", "prompt_tokens", "max_tokens", "max_num_seqs", "repeats",
+                 "max_num_batched_tokens", "low_load_requests", "torch_threads"):  # fmt: skip
+        if getattr(args, name) < 1:
+            parser.error(f"--{name.replace('_', '-')} must be at least 1")
     config = EngineConfig(
         device=args.device,
         batching=BatchingConfig(
