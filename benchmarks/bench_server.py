@@ -16,8 +16,9 @@ Run: .venv/bin/python benchmarks/bench_server.py [--device cpu] [--requests 32] 
    p99 (over the probes of all runs together) is what a liveness probe and a scrape see while the
    engine is saturated. The targets are judged on the median of the same-round ratios and on the
    pooled p99s, each with its 95 % bounds (target_verdict.py): met, not met, or undecided.
-3. Low load: requests one at a time; client TTFT = request sent -> first content chunk;
-   server TTFT = the server's batchgate_ttft_seconds histogram (sum/count over the same window).
+3. Low load (low_load_ttft.py): requests one at a time; client TTFT = request sent -> first
+   content chunk; server TTFT = the server's batchgate_ttft_seconds histogram (sum/count over
+   the same window).
 Prints a table and writes benchmarks/results/server.json.
 """
 
@@ -31,7 +32,6 @@ import os
 import platform
 import random
 import signal
-import statistics
 import subprocess
 import sys
 import tempfile
@@ -41,14 +41,14 @@ from typing import Any
 
 import httpx
 import numpy as np
-from prometheus_client.parser import text_string_to_metric_families
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO_ROOT))
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 import server_probe  # noqa: E402
-from raw_stream import has_content, stream_completion  # noqa: E402
+from low_load_ttft import run_low_load  # noqa: E402
+from raw_stream import stream_completion  # noqa: E402
 from step_breakdown import breakdown, fetch_steps, latest_seq, side_by_side  # noqa: E402
 from target_verdict import judge  # noqa: E402
 
@@ -155,32 +155,6 @@ def start_server(
     raise SystemExit("server did not become healthy in 300 s")
 
 
-async def stream_one(
-    http: httpx.AsyncClient, prompt: list[int], max_tokens: int, seed: int
-) -> dict[str, Any]:
-    """One streamed request. The client reads raw bytes and decodes only the usage chunk, so on a
-    shared machine it takes as little CPU from the server as a client can."""
-    body = {"prompt": prompt, "max_tokens": max_tokens, "ignore_eos": True, "seed": seed,
-            "stream": True, "stream_options": {"include_usage": True}}  # fmt: skip
-    sent = time.perf_counter()
-    first = None
-    tail = b""
-    async with http.stream("POST", "/v1/completions", json=body) as response:
-        response.raise_for_status()
-        async for data in response.aiter_raw():
-            if first is None and has_content(data):
-                first = time.perf_counter()
-            tail = (tail + data)[-4096:]
-    usage = None
-    for line in reversed(tail.split(b"\n")):
-        if line.startswith(b"data: {") and b'"usage":{' in line:
-            usage = json.loads(line[6:])["usage"]
-            break
-    done = time.perf_counter()
-    return {"sent": sent, "first": first, "done": done,
-            "output_tokens": usage["completion_tokens"] if usage else 0}  # fmt: skip
-
-
 def _p99_ms(values: list[float]) -> float | None:
     """numpy's (linear) p99, as a `p99` gate and target_verdict.judge compute it."""
     return float(np.quantile(values, 0.99)) * 1e3 if values else None
@@ -222,39 +196,6 @@ async def run_http(url: str, prompts: list[list[int]], max_tokens: int) -> dict:
             "probes": len(health) + len(metrics), "steps": steps,
             "client_reads": sum(r["reads"] for r in results),
             "health_seconds": health, "metrics_seconds": metrics}  # fmt: skip
-
-
-def ttft_histogram(url: str) -> tuple[float, float]:
-    text = httpx.get(f"{url}/metrics", timeout=10).text
-    total = count = 0.0
-    for family in text_string_to_metric_families(text):
-        if family.name == "batchgate_ttft_seconds":
-            for sample in family.samples:
-                if sample.labels.get("priority") == "interactive":
-                    if sample.name.endswith("_sum"):
-                        total = sample.value
-                    elif sample.name.endswith("_count"):
-                        count = sample.value
-    return total, count
-
-
-async def run_low_load(url: str, prompts: list[list[int]], count: int) -> dict:
-    sum0, count0 = ttft_histogram(url)
-    client_ttfts = []
-    async with httpx.AsyncClient(base_url=url, timeout=120) as http:
-        for index in range(count):
-            result = await stream_one(http, prompts[index % len(prompts)], 8, index)
-            client_ttfts.append(result["first"] - result["sent"])
-    sum1, count1 = ttft_histogram(url)
-    server_mean = (sum1 - sum0) / max(1.0, count1 - count0)
-    client_mean = statistics.fmean(client_ttfts)
-    return {
-        "requests": count,
-        "client_ttft_mean_seconds": client_mean,
-        "client_ttft_p50_seconds": statistics.median(client_ttfts),
-        "server_ttft_mean_seconds": server_mean,
-        "http_overhead_mean_seconds": client_mean - server_mean,
-    }
 
 
 def _values(runs: list[dict], key: str) -> list[float]:
