@@ -32,6 +32,7 @@ import os
 import platform
 import random
 import signal
+import statistics
 import subprocess
 import sys
 import tempfile
@@ -46,6 +47,7 @@ REPO_ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO_ROOT))
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
+import host_steal  # noqa: E402
 import server_probe  # noqa: E402
 from low_load_ttft import run_low_load  # noqa: E402
 from raw_stream import stream_completion  # noqa: E402
@@ -81,6 +83,7 @@ def run_offline(
     engine.add_request("warmup", prompts[0], warm)
     while engine.has_unfinished():
         engine.step()
+    ticks = host_steal.read()
     started = time.perf_counter()
     for index, prompt in enumerate(prompts):
         params = SamplingParams(max_tokens=max_tokens, ignore_eos=True, seed=index)
@@ -92,10 +95,11 @@ def run_offline(
         tokens += sum(len(o.new_token_ids) for o in result.outputs)
         records.append(result.record)
     elapsed = time.perf_counter() - started
+    steal = host_steal.share(ticks, host_steal.read())
     engine.close()
     steps = breakdown([r.to_dict() for r in records if r is not None], elapsed, len(prompts))
     return {"output_tokens": tokens, "seconds": elapsed, "tokens_per_second": tokens / elapsed,
-            "steps": steps}  # fmt: skip
+            "steps": steps, "steal_share": steal}  # fmt: skip
 
 
 def run_offline_process(args: argparse.Namespace) -> dict:
@@ -177,12 +181,14 @@ async def run_http(url: str, prompts: list[list[int]], max_tokens: int) -> dict:
     prober = server_probe.launch(url, PROBE_INTERVAL_SECONDS, preexec_fn=lambda: _renice_to(0))
     try:
         server_probe.start(prober)
+        ticks = host_steal.read()
         started = time.perf_counter()
         results = await asyncio.gather(
             *(stream_completion(host, int(port), body(p, max_tokens, i), wake_bytes=RUN_WAKE_BYTES)
               for i, p in enumerate(prompts))
         )  # fmt: skip
         elapsed = time.perf_counter() - started
+        steal = host_steal.share(ticks, host_steal.read())
     except BaseException:
         prober.kill()  # not left probing a server the benchmark is about to stop
         prober.communicate()
@@ -194,7 +200,7 @@ async def run_http(url: str, prompts: list[list[int]], max_tokens: int) -> dict:
     return {"output_tokens": tokens, "seconds": elapsed, "tokens_per_second": tokens / elapsed,
             "health_p99_ms": _p99_ms(health), "metrics_p99_ms": _p99_ms(metrics),
             "probes": len(health) + len(metrics), "steps": steps,
-            "client_reads": sum(r["reads"] for r in results),
+            "client_reads": sum(r["reads"] for r in results), "steal_share": steal,
             "health_seconds": health, "metrics_seconds": metrics}  # fmt: skip
 
 
@@ -204,6 +210,12 @@ def _values(runs: list[dict], key: str) -> list[float]:
 
 def _fmt(value: float | None) -> str:
     return "n/a" if value is None else f"{value:.2f}"
+
+
+def _steal_pct(runs: list[dict]) -> str:
+    """The median and largest share of CPU time the host took over `runs` (host_steal.py)."""
+    shares = sorted(_values(runs, "steal_share"))
+    return f"{statistics.median(shares):.1%} ({shares[-1]:.1%})" if shares else "n/a"
 
 
 TARGET_RATIO = 0.90
@@ -353,6 +365,9 @@ def main() -> int:
         (f"  their median [95% bounds] (>= {TARGET_RATIO:.2f})",
          lambda p: targets[p]["ratio_median"].cell()),
         ("output tokens per run", lambda p: f"{best[p]['output_tokens']}"),
+        # Time the hypervisor took from the VM's CPUs during each run (host_steal.py).
+        ("host steal, offline runs: median (max)", lambda p: _steal_pct(offline_runs)),
+        ("host steal, HTTP runs: median (max)", lambda p: _steal_pct(http_runs[p])),
         # The best runs' wall time split by their step records (step_breakdown.py).
         ("engine steps, offline / HTTP", lambda p: side_by_side(offline, best[p], "steps", "{:d}")),
         ("forward ms per full step, offline / HTTP",
