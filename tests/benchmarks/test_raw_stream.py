@@ -1,8 +1,9 @@
 """raw_stream.py, bench_server's cheapest client, against a small local server on port 0 that
 streams SSE chunks with pauses between them: it reads the whole stream and its usage chunk either
-way; woken per token it times the first token; with `wake_bytes` the kernel wakes it once for the
-whole (smaller) stream, and it reports no first-token time instead of a wrong one. Nothing here
-asserts a speed."""
+way; woken per token it times the first token; with `wake_bytes` the kernel wakes it once per
+that many bytes, and it reports no first-token time instead of a wrong one. A refusal is an
+error in both modes, and a `wake_bytes` the socket cannot take is an error, not a hang. Nothing
+here asserts a speed."""
 
 from __future__ import annotations
 
@@ -21,28 +22,32 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "benchmarks"))
 
 from raw_stream import stream_completion
 
-_CHUNKS = 40
+
+def _frame(payload: dict) -> bytes:
+    return b"data: " + json.dumps(payload, separators=(",", ":")).encode() + b"\n\n"
 
 
 def _serve_one(conn: socket.socket) -> None:
     with conn:
-        conn.recv(65536)  # the request: one small segment
+        request = conn.recv(65536)  # one small segment
+        body = json.loads(request.split(b"\r\n\r\n", 1)[1])
+        if body.get("refuse"):
+            conn.sendall(b"HTTP/1.1 503 Service Unavailable\r\ncontent-length: 2\r\n"
+                         b"connection: close\r\n\r\n{}")  # fmt: skip
+            return
         conn.sendall(b"HTTP/1.1 200 OK\r\ncontent-type: text/event-stream\r\n"
                      b"connection: close\r\n\r\n")  # fmt: skip
-        for index in range(_CHUNKS):
-            chunk = {"choices": [{"index": 0, "text": f"t{index}"}]}
-            conn.sendall(f"data: {json.dumps(chunk, separators=(',', ':'))}\n\n".encode())
-            time.sleep(0.002)  # a token every 2 ms: per-token wake-ups if the client asks
-        usage = {"choices": [], "usage": {"completion_tokens": _CHUNKS}}
-        conn.sendall(
-            f"data: {json.dumps(usage, separators=(',', ':'))}\n\ndata: [DONE]\n\n".encode()
-        )
+        tokens = body["max_tokens"]
+        for index in range(tokens):
+            conn.sendall(_frame({"choices": [{"index": 0, "text": f"t{index}" + "x" * 200}]}))
+            time.sleep(0.001)  # a token a millisecond: per-token wake-ups if the client asks
+        conn.sendall(_frame({"choices": [], "usage": {"completion_tokens": tokens}}))
+        conn.sendall(b"data: [DONE]\n\n")
 
 
 @pytest.fixture
 def sse_server() -> Iterator[int]:
     listener = socket.create_server(("127.0.0.1", 0))
-    listener.settimeout(30)
 
     def loop() -> None:
         while True:
@@ -57,23 +62,53 @@ def sse_server() -> Iterator[int]:
     listener.close()
 
 
-def _run(port: int, **kwargs: int) -> dict:
-    body = {"prompt": [1, 2], "max_tokens": _CHUNKS, "stream": True}
+def _run(port: int, tokens: int = 40, refuse: bool = False, **kwargs: int) -> dict:
+    body = {"prompt": [1, 2], "max_tokens": tokens, "stream": True, "refuse": refuse}
     return asyncio.run(asyncio.wait_for(stream_completion("127.0.0.1", port, body, **kwargs), 30))
 
 
 def test_woken_per_token_it_times_the_first_token(sse_server: int) -> None:
     result = _run(sse_server)
-    assert result["output_tokens"] == _CHUNKS
+    assert result["output_tokens"] == 40
     assert result["sent"] <= result["first"] <= result["done"]
-    assert result["reads"] >= 2
 
 
-def test_with_wake_bytes_one_wake_up_reads_it_all_and_no_first_time_is_made_up(
+def test_with_wake_bytes_a_short_stream_is_one_wake_up_and_no_first_time_is_made_up(
     sse_server: int,
 ) -> None:
-    # The stream (~2 KiB) is smaller than the low-water mark: only its end wakes the client.
+    # ~9 KiB, under the low-water mark: only its end wakes the client.
     result = _run(sse_server, wake_bytes=32 * 1024)
-    assert result["output_tokens"] == _CHUNKS
+    assert result["output_tokens"] == 40
     assert result["first"] is None
     assert result["reads"] <= 2  # the whole stream, and possibly the end-of-file on its own
+
+
+def test_with_wake_bytes_a_long_stream_is_read_whole(sse_server: int) -> None:
+    result = _run(sse_server, tokens=400, wake_bytes=16 * 1024)  # ~90 KiB
+    assert result["output_tokens"] == 400
+    assert result["first"] is None
+
+
+@pytest.mark.parametrize("wake_bytes", [0, 32 * 1024])
+def test_a_refusal_is_an_error(sse_server: int, wake_bytes: int) -> None:
+    with pytest.raises(RuntimeError, match="503"):
+        _run(sse_server, refuse=True, wake_bytes=wake_bytes)
+
+
+@pytest.mark.parametrize("wake_bytes", [-1, 2**31])
+def test_a_wake_bytes_the_socket_cannot_take_is_an_error(sse_server: int, wake_bytes: int) -> None:
+    with pytest.raises(ValueError, match="wake_bytes"):
+        _run(sse_server, wake_bytes=wake_bytes)
+
+
+def test_a_socket_without_the_option_is_an_error_not_a_hang(
+    sse_server: int, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import asyncio.trsock
+
+    def refuse(*args: object) -> None:
+        raise OSError(92, "Protocol not available")
+
+    monkeypatch.setattr(asyncio.trsock.TransportSocket, "setsockopt", refuse)
+    with pytest.raises(OSError, match="Protocol not available"):
+        _run(sse_server, wake_bytes=32 * 1024)  # wait_for's 30 s would fail a hang
