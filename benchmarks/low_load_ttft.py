@@ -24,8 +24,8 @@ __all__ = ["run_low_load"]
 async def stream_one(
     http: httpx.AsyncClient, prompt: list[int], max_tokens: int, seed: int
 ) -> dict[str, Any]:
-    """One streamed request. The client reads raw bytes and decodes only the usage chunk, so on a
-    shared machine it takes as little CPU from the server as a client can."""
+    """One streamed request through httpx, woken per chunk so that it can time the first text;
+    it reads raw bytes and decodes only the usage chunk."""
     body = {"prompt": prompt, "max_tokens": max_tokens, "ignore_eos": True, "seed": seed,
             "stream": True, "stream_options": {"include_usage": True}}  # fmt: skip
     sent = time.perf_counter()
@@ -67,6 +67,8 @@ async def run_low_load(url: str, prompts: list[list[int]], count: int) -> dict:
     async with httpx.AsyncClient(base_url=url, timeout=120) as http:
         for index in range(count):
             result = await stream_one(http, prompts[index % len(prompts)], 8, index)
+            if result["first"] is None:
+                raise SystemExit(f"low-load request {index}: the stream had no text chunk")
             client_ttfts.append(result["first"] - result["sent"])
     sum1, count1 = ttft_histogram(url)
     server_mean = (sum1 - sum0) / max(1.0, count1 - count0)
