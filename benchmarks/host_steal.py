@@ -2,9 +2,10 @@
 
 On a VM the host may run something else on a vCPU while a benchmark's process is runnable on
 it: that time passes on the wall clock but no process here gets it. On this machine's 2 vCPUs
-it was 0.4-26 % of the machine's CPU time over single 3-second bench_server HTTP runs, and the
-runs with the most steal had the lowest throughput and the worst probe latencies. Benchmarks
-print it beside their figures so that a reader can tell the code's time from the host's.
+it was 0-26 % of the machine's CPU time over single 3-second bench_server HTTP runs, and the
+runs with the most steal had the lowest HTTP/offline ratios. Benchmarks print it beside their
+figures so that a reader can tell part of the host's time from the code's (not all of it: a
+vCPU also computes more slowly while its neighbour is busy, and that is not steal).
 Linux's /proc/stat counts it in USER_HZ ticks (10 ms); without that file or its aggregate line
 there is no figure (None). A container shows the host's or an emulated /proc/stat (lxcfs puts
 0 there), so a 0 is only as good as the kernel's view.
