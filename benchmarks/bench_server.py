@@ -52,7 +52,7 @@ import server_probe  # noqa: E402
 from low_load_ttft import run_low_load  # noqa: E402
 from raw_stream import stream_completion  # noqa: E402
 from step_breakdown import breakdown, fetch_steps, latest_seq, side_by_side  # noqa: E402
-from target_verdict import judge  # noqa: E402
+from target_verdict import TargetVerdict, judge  # noqa: E402
 
 from reference_server.config import BatchingConfig, EngineConfig  # noqa: E402
 from reference_server.engine import Engine  # noqa: E402
@@ -163,6 +163,11 @@ def start_server(
 def _p99_ms(values: list[float]) -> float | None:
     """numpy's (linear) p99, as a `p99` gate and target_verdict.judge compute it."""
     return float(np.quantile(values, 0.99)) * 1e3 if values else None
+
+
+def _value_ms(verdict: TargetVerdict) -> float | None:
+    """A judged quantile in ms (None without samples), as the JSON has carried it."""
+    return verdict.value * 1e3 if verdict.samples else None
 
 
 async def run_http(url: str, prompts: list[list[int]], max_tokens: int) -> dict:
@@ -330,17 +335,9 @@ def main() -> int:
                   for o, h in zip(offline_runs, runs, strict=True))
         for p, runs in http_runs.items()
     }  # fmt: skip
-    # Probe latencies of every run together: a run lasts a few seconds, so one run's p99 rests on
-    # a few dozen samples (it is that run's maximum); all runs give a p99 worth the name.
-    pooled = {
-        p: {
-            "health_p99_ms": _p99_ms([v for r in runs for v in r["health_seconds"]]),
-            "metrics_p99_ms": _p99_ms([v for r in runs for v in r["metrics_seconds"]]),
-            "probes_per_path": sum(len(r["health_seconds"]) for r in runs),
-        }
-        for p, runs in http_runs.items()
-    }
-    # The targets, judged on all rounds rather than on the best pair (target_verdict.py).
+    # The targets, judged on all rounds rather than on the best pair (target_verdict.py). Probe
+    # latencies of every run together: a run lasts a few seconds, so one run's p99 rests on a
+    # few dozen samples (it is that run's maximum); all runs give a p99 worth the name.
     targets = {
         p: {
             "ratio_median": judge(paired[p], 0.5, TARGET_RATIO, at_least=True),
@@ -350,6 +347,14 @@ def main() -> int:
         }
         for p, runs in http_runs.items()
     }  # fmt: skip
+    pooled = {
+        p: {
+            "health_p99_ms": _value_ms(t["health_p99"]),
+            "metrics_p99_ms": _value_ms(t["metrics_p99"]),
+            "probes_per_path": t["health_p99"].samples,
+        }
+        for p, t in targets.items()
+    }
     result = {
         "workload": {"requests": args.requests, "prompt_tokens": args.prompt_tokens,
                      "max_tokens": args.max_tokens, "device": args.device,
