@@ -1,5 +1,5 @@
-"""EngineFrontEnd: what both engine front ends share — generate() over RequestStreams, abort,
-draining, step listeners and death handlers.
+"""EngineFrontEnd: what both engine front ends share — generate() over RequestStreams (and its
+sinks), abort, draining, step listeners and death handlers.
 
 AsyncEngine (the step loop on a thread) and EngineCoreClient (the step loop in a child process)
 differ only in how a command reaches the engine; they implement the four `_send_*` hooks and
@@ -15,7 +15,7 @@ from collections.abc import AsyncIterator, Callable
 
 from reference_server.errors import AdmissionError, EngineDeadError
 from reference_server.outputs import RequestOutput
-from reference_server.request_streams import RequestStreams
+from reference_server.request_streams import RequestStreams, Sink
 from reference_server.sampling_params import SamplingParams
 from reference_server.step_record import StepRecord
 
@@ -90,6 +90,11 @@ class EngineFrontEnd:
             is_dead=lambda: self._dead_reason() is not None,
         ):
             yield output
+
+    def set_sink(self, request_id: str, sink: Sink) -> None:
+        """Have `request_id`'s outputs handled by `sink` where they arrive until it declines
+        one (RequestStreams.set_sink); call it from the consumer's loop before each wait."""
+        self._streams.set_sink(request_id, sink)
 
     async def abort(self, request_id: str) -> None:
         self._check_alive()

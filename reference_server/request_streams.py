@@ -5,6 +5,14 @@ Both engine front ends use it: AsyncEngine (the step loop on a thread of this pr
 EngineCoreClient (the step loop in a child process, outputs arriving over a pipe). It owns the
 per-request queues, the outputs held back for non-streamed requests, the drain waiters, the
 pending futures and the death notice. It knows nothing about how outputs are produced.
+
+A consumer may also take its outputs where they arrive instead of through its queue (`set_sink`,
+used by streaming HTTP responses): a sink is a callable run on the consumer's loop that handles an
+output there and then (writes its chunk) or declines it. Waking a consumer task costs the event
+loop far more than the write itself, and at 64 streams that is 64 wake-ups a step. A sink is
+offered an output only while the queue is empty, and it is dropped at its first refusal (that
+output and every later one go to the queue, in order) until the consumer sets it again; errors
+always go to the queue.
 """
 
 from __future__ import annotations
@@ -13,6 +21,7 @@ import asyncio
 import concurrent.futures
 import contextlib
 import dataclasses
+import logging
 import threading
 from collections.abc import AsyncIterator, Callable
 from typing import Any
@@ -20,9 +29,23 @@ from typing import Any
 from reference_server.errors import EngineDeadError, RequestValidationError
 from reference_server.outputs import RequestOutput
 
-__all__ = ["RequestStreams"]
+__all__ = ["RequestStreams", "Sink"]
 
-_Stream = tuple[asyncio.AbstractEventLoop, "asyncio.Queue[RequestOutput | BaseException]"]
+logger = logging.getLogger(__name__)
+
+# Handles an output on the consumer's loop (True) or declines it (False: it goes to the queue).
+Sink = Callable[[RequestOutput], bool]
+
+
+class _Stream:
+    """One consumer: its loop, its queue, and its sink while it has one."""
+
+    __slots__ = ("loop", "queue", "sink")
+
+    def __init__(self, loop: asyncio.AbstractEventLoop) -> None:
+        self.loop = loop
+        self.queue: asyncio.Queue[RequestOutput | BaseException] = asyncio.Queue()
+        self.sink: Sink | None = None
 
 
 class RequestStreams:
@@ -49,12 +72,12 @@ class RequestStreams:
         """Register `request_id`, call `submit` (which hands the request to the engine), yield
         its outputs until the finished one. Leaving early calls `abort` unless the engine is
         dead. An exception delivered for the request is raised here."""
-        loop = asyncio.get_running_loop()
-        queue: asyncio.Queue[RequestOutput | BaseException] = asyncio.Queue()
+        entry = _Stream(asyncio.get_running_loop())
+        queue = entry.queue
         with self._lock:
             if request_id in self._streams:
                 raise RequestValidationError("request_id", f"{request_id!r} is already in flight")
-            self._streams[request_id] = (loop, queue)
+            self._streams[request_id] = entry
             if not stream:
                 self._held[request_id] = ([], [])
         finished = False
@@ -76,6 +99,14 @@ class RequestStreams:
                 self._held.pop(request_id, None)
             if not finished and not is_dead():
                 abort()
+
+    def set_sink(self, request_id: str, sink: Sink) -> None:
+        """Offer `request_id`'s next outputs to `sink` first (call it on the consumer's loop,
+        before waiting on the stream again); it stays until it declines one."""
+        with self._lock:
+            entry = self._streams.get(request_id)
+        if entry is not None:
+            entry.sink = sink
 
     def new_future(self) -> concurrent.futures.Future[Any]:
         """A future the producer resolves; failed with the death notice if the engine dies."""
@@ -101,28 +132,26 @@ class RequestStreams:
         # One wake-up per consumer loop per step, not one per output: each
         # call_soon_threadsafe writes to the loop's self-pipe, and at 64 streams that cost
         # competes with the engine for the same cores.
-        batches: dict[asyncio.AbstractEventLoop, list[tuple[asyncio.Queue[Any], Any]]] = {}
+        batches: dict[asyncio.AbstractEventLoop, list[tuple[_Stream, RequestOutput]]] = {}
         with self._lock:
             held = self._held
             for output in outputs:
-                stream = self._streams.get(output.request_id)
-                if stream is None:
+                entry = self._streams.get(output.request_id)
+                if entry is None:
                     continue
                 if held and output.request_id in held:
                     output = _hold(held, output)
                     if output is None:
                         continue
-                loop, queue = stream
-                batches.setdefault(loop, []).append((queue, output))
+                batches.setdefault(entry.loop, []).append((entry, output))
         for loop, items in batches.items():
             _call_soon(loop, _put_all, items)
 
     def deliver(self, request_id: str, item: RequestOutput | BaseException) -> None:
         with self._lock:
-            stream = self._streams.get(request_id)
-        if stream is not None:
-            loop, queue = stream
-            _call_soon(loop, queue.put_nowait, item)
+            entry = self._streams.get(request_id)
+        if entry is not None:
+            _call_soon(entry.loop, entry.queue.put_nowait, item)
 
     @property
     def has_drain_waiters(self) -> bool:
@@ -140,8 +169,8 @@ class RequestStreams:
         with self._lock:
             streams = list(self._streams.values())
             futures, self._futures = list(self._futures), set()
-        for loop, queue in streams:
-            _call_soon(loop, queue.put_nowait, error)
+        for entry in streams:
+            _call_soon(entry.loop, entry.queue.put_nowait, error)
         for future in futures:
             if not future.done():
                 with contextlib.suppress(concurrent.futures.InvalidStateError):
@@ -169,9 +198,20 @@ def _hold(
     return dataclasses.replace(output, new_text="".join(texts), new_token_ids=token_ids)
 
 
-def _put_all(items: list[tuple[asyncio.Queue[Any], Any]]) -> None:
-    for queue, item in items:
-        queue.put_nowait(item)
+def _put_all(items: list[tuple[_Stream, RequestOutput]]) -> None:
+    """On the consumer's loop: each output to its sink if it has one and nothing waits ahead of
+    the output in its queue, else to the queue."""
+    for entry, output in items:
+        sink = entry.sink
+        if sink is not None:
+            if entry.queue.empty():
+                try:
+                    if sink(output):
+                        continue
+                except Exception:  # the consumer's bug: it gets the output the usual way
+                    logger.exception("stream sink failed for %s", output.request_id)
+            entry.sink = None
+        entry.queue.put_nowait(output)
 
 
 def _call_soon(loop: asyncio.AbstractEventLoop, fn: Callable[..., Any], *args: Any) -> None:

@@ -17,7 +17,9 @@ httptools has no header limits of its own and uvicorn has no head deadline (its 
 timer starts only after a first response); h11 has a byte limit but neither of the others
 (docs/server.md, "Connection limits", has the measurements). The protocol also puts an
 `abort()` of the connection in the ASGI scope (`ABORT_KEY`), so a stalled stream can be cut
-without an error log. It knows nothing about routes beyond the exempt paths.
+without an error log, and a writer of body chunks that needs no await (`WRITE_NOW_KEY`, sse.py):
+a token's chunk then costs one transport write instead of waking the response's task. It knows
+nothing about routes beyond the exempt paths.
 """
 
 from __future__ import annotations
@@ -25,13 +27,14 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import socket
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
 from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol
 
 from reference_server.api.server_config import ServerConfig
-from reference_server.api.sse import ABORT_KEY
+from reference_server.api.sse import ABORT_KEY, WRITE_NOW_KEY
 
 __all__ = [
     "ABORT_KEY", "EXEMPT_PATHS", "ConnectionGuard", "ConnectionLimits", "guarded_protocol",
@@ -210,6 +213,10 @@ class _GuardedBase(HttpToolsProtocol):
             raise ValueError("connection over the limit")
         self.scope[ABORT_KEY] = self.transport.abort  # type: ignore[literal-required]
         super().on_headers_complete()
+        # The cycle just made is this request's, even when it waits behind a pipelined one.
+        writer = _chunk_writer(getattr(self, "cycle", None))
+        if writer is not None:
+            self.scope[WRITE_NOW_KEY] = writer  # type: ignore[literal-required]
 
     def on_response_complete(self) -> None:
         super().on_response_complete()
@@ -255,6 +262,33 @@ class _GuardedBase(HttpToolsProtocol):
             self._refuse(408)  # a partial head: tell the (slow) client why
         else:
             self.transport.close()
+
+
+_CYCLE_FIELDS = ("transport", "flow", "disconnected", "response_started", "response_complete",
+                 "chunked_encoding")  # fmt: skip
+
+
+def _chunk_writer(cycle: Any) -> Callable[[bytes], bool] | None:
+    """What uvicorn's `send` does with a non-empty body chunk of a chunked response, minus its
+    await: write it, unless the transport has paused writing (then `send` would wait), the
+    client has gone or the response is not open for body chunks. None when this uvicorn's
+    request cycle lacks a field it reads (every chunk then takes the awaited `send`)."""
+    if cycle is None or not all(hasattr(cycle, name) for name in _CYCLE_FIELDS):
+        return None
+    flow, transport = cycle.flow, cycle.transport
+    if not hasattr(flow, "write_paused"):
+        return None
+
+    def write_now(body: bytes) -> bool:
+        if (flow.write_paused or cycle.disconnected or not cycle.response_started
+                or cycle.response_complete or cycle.chunked_encoding is not True
+                or transport.is_closing()):  # fmt: skip
+            return False
+        if body:  # an empty chunk would end the response
+            transport.write(b"%x\r\n%b\r\n" % (len(body), body))
+        return True
+
+    return write_now
 
 
 def uvicorn_options(config: ServerConfig) -> dict[str, Any]:

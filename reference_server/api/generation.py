@@ -14,7 +14,7 @@ import asyncio
 import contextlib
 import time
 import uuid
-from collections.abc import AsyncIterator, Awaitable
+from collections.abc import AsyncIterator, Awaitable, Callable
 from typing import Any, TypeVar
 
 import orjson
@@ -290,10 +290,12 @@ async def run_generation(
         timer.on_output(first)
         if request.stream:
             handed_over = True
-            return EventStreamResponse(
-                _events(shapes, stream, first, timer, on_done),
+            sink = _TokenSink(engine, shapes, timer)
+            sink.response = EventStreamResponse(
+                _events(shapes, stream, first, timer, on_done, sink.arm),
                 stall_timeout_seconds=stall_timeout_seconds,
             )
+            return sink.response
         try:
             return await until_disconnect(receive, _collect(shapes, stream, first, timer))
         except ClientGone:
@@ -329,12 +331,43 @@ async def _collect(
     return shapes.body("".join(pieces), output)
 
 
+class _TokenSink:
+    """A streamed request's token chunks written where the engine delivers them (a sink of the
+    engine's request streams, request_streams.py): one transport write a token instead of a
+    wake-up of the response's task and its chain of iterators, which at 64 streams made each
+    step a burst of 64 task switches that /health and /metrics probes waited behind. It declines
+    the finished output (the tail is `_events`') and any output the response cannot send at once
+    (a client reading slowly): that one and the rest then go through `_events`, in order, which
+    arms the sink again before it next waits."""
+
+    def __init__(self, engine: Any, shapes: ResponseShapes, timer: RequestTimer) -> None:
+        self._set_sink = getattr(engine, "set_sink", None)
+        self._shapes = shapes
+        self._timer = timer
+        self.response: EventStreamResponse | None = None
+
+    def arm(self) -> None:
+        if self._set_sink is not None and self.response is not None:
+            self._set_sink(self._shapes.request_id, self)
+
+    def __call__(self, output: Any) -> bool:
+        response = self.response
+        if output.finished or response is None or not response.write_now(b""):
+            return False
+        text = output.new_text
+        chunk = self._shapes.content_chunk(text, output) if text else b""
+        self._timer.on_output(output)
+        response.write_now(chunk)  # it could write a moment ago: nothing ran in between
+        return True
+
+
 async def _events(
     shapes: ResponseShapes,
     stream: AsyncIterator[Any],
     output: Any,
     timer: RequestTimer,
     on_done: Any,
+    arm_sink: Callable[[], None] | None = None,
 ) -> AsyncIterator[bytes]:
     try:
         # Chat's role chunk leaves in the same write as the first text when that is ready.
@@ -348,6 +381,8 @@ async def _events(
                 pending = b""
             if output.finished:
                 break
+            if arm_sink is not None:
+                arm_sink()  # everything this iterator yielded has been sent
             try:
                 output = await stream.__anext__()
             except StopAsyncIteration:

@@ -8,13 +8,19 @@ once one write has waited `stall_timeout_seconds` (the transport's buffer stays 
 high-water mark, so the server's `send` does not return), the iterator is closed and the
 connection reset through the server's `ABORT_KEY` callable, freeing the request's KV blocks and
 the buffered bytes. It knows nothing about OpenAI chunk contents.
+
+Between two events of its iterator the response can also take a chunk written from outside it
+(`write_now`, for a producer that writes a token's chunk where the engine delivers it instead of
+waking the iterator's task): only while nothing of its own is being sent and the transport takes
+bytes at once, so chunks never overtake each other and a client that stops reading is still met
+by the response's own awaited writes (and its stall watch).
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
 from typing import Any
 
 import orjson
@@ -23,7 +29,7 @@ from starlette.types import Receive, Scope, Send
 from reference_server.api.disconnects import log_client_gone
 
 __all__ = [
-    "ABORT_KEY", "RAW_SEND_KEY", "SSE_DONE", "EventStreamResponse", "sse_event",
+    "ABORT_KEY", "RAW_SEND_KEY", "SSE_DONE", "WRITE_NOW_KEY", "EventStreamResponse", "sse_event",
     "wait_for_disconnect",
 ]  # fmt: skip
 
@@ -34,6 +40,11 @@ RAW_SEND_KEY = "batchgate.raw_send"
 # A callable in the scope that resets the connection (connections.py provides it); without one a
 # stalled stream is still closed, and the server closes the socket its own way.
 ABORT_KEY = "batchgate.abort_connection"
+# A callable in the scope that writes one body chunk of the started response at once, without an
+# await, and returns False (writing nothing) when it cannot: the transport's buffer is above its
+# high-water mark, the client has gone, the response has not started or has ended
+# (connections.py provides it). Without one, every chunk goes through the awaited `send`.
+WRITE_NOW_KEY = "batchgate.write_body_now"
 # How many checks make up the stall timeout: its resolution, at no cost per token.
 _STALL_CHECKS = 5
 
@@ -75,10 +86,23 @@ class EventStreamResponse:
         self._stall_timeout_seconds = stall_timeout_seconds
         self._in_send = False
         self._num_sent = 0
+        self._write_now: Callable[[bytes], bool] | None = None
         self.disconnected = False
         self.stalled = False
 
+    def write_now(self, chunk: bytes) -> bool:
+        """Send `chunk` (whole events) at once, between the iterator's own events; False, and
+        nothing sent, when that cannot be done without waiting or out of order. An empty chunk
+        sends nothing: it asks whether a chunk could go now."""
+        write = self._write_now
+        if write is None or self._in_send or not write(chunk):
+            return False
+        if chunk:
+            self._num_sent += 1
+        return True
+
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        self._write_now = scope.get(WRITE_NOW_KEY)
         producer = asyncio.ensure_future(self._produce(send, scope.get(RAW_SEND_KEY, send)))
         watchers = [asyncio.ensure_future(wait_for_disconnect(receive))]
         if self._stall_timeout_seconds is not None:
@@ -92,6 +116,7 @@ class EventStreamResponse:
             with contextlib.suppress(asyncio.CancelledError):
                 await producer
         finally:
+            self._write_now = None  # nothing more goes out past the producer
             for watcher in watchers:
                 watcher.cancel()
             if not producer.done():
