@@ -26,6 +26,9 @@ class _Target(http.server.ThreadingHTTPServer):
         super().__init__(("127.0.0.1", 0), _Handler)
         self.health_status = health_status
         self.hits: Counter[str] = Counter()
+        self.metrics_bytes = 3  # a real exposition is tens of KiB: more than one read
+        self.close_after_health = False  # answer /health with Connection: close
+        self.content_length = True
 
 
 class _Handler(http.server.BaseHTTPRequestHandler):
@@ -35,9 +38,13 @@ class _Handler(http.server.BaseHTTPRequestHandler):
         server: _Target = self.server  # type: ignore[assignment]
         server.hits[self.path] += 1
         status = server.health_status if self.path == "/health" else 200
-        body = b"ok\n"
+        body = b"ok\n" if self.path == "/health" else b"m" * (server.metrics_bytes - 1) + b"\n"
         self.send_response(status)
-        self.send_header("Content-Length", str(len(body)))
+        if server.content_length:
+            self.send_header("Content-Length", str(len(body)))
+        if server.close_after_health and self.path == "/health":
+            self.send_header("Connection", "close")
+            self.close_connection = True
         self.end_headers()
         self.wfile.write(body)
 
@@ -133,4 +140,31 @@ def test_bad_input_is_a_message_and_a_non_zero_exit(args, said) -> None:
     )  # fmt: skip
     assert process.returncode != 0
     assert said in process.stderr
+    assert "Traceback" not in process.stderr
+
+
+def test_long_answers_are_read_whole_and_a_closed_connection_is_opened_again(target) -> None:
+    import server_probe
+
+    server, url = target
+    server.metrics_bytes = 300_000
+    server.close_after_health = True
+    process = server_probe.launch(url, 0.02)
+    try:
+        server_probe.start(process)
+        _wait_for_hits(server, "/metrics", 4)
+    finally:
+        latencies = server_probe.stop(process)
+    assert len(latencies["/health"]) == len(latencies["/metrics"]) >= 3
+
+
+def test_an_answer_without_a_content_length_fails_the_probe(target) -> None:
+    server, url = target
+    server.content_length = False
+    process = subprocess.run(
+        [sys.executable, str(BENCHMARKS / "server_probe.py"), url],
+        input="", capture_output=True, text=True, timeout=60,
+    )  # fmt: skip
+    assert process.returncode == 1
+    assert "without a Content-Length" in process.stderr
     assert "Traceback" not in process.stderr
