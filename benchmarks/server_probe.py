@@ -23,6 +23,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import select
 import selectors
 import socket
 import subprocess
@@ -50,36 +51,48 @@ class _Connection:
             raise ProbeError(f"not an http:// URL: {url!r}")
         self._address = (parts.hostname, parts.port or 80)
         self._host = parts.netloc.encode("ascii")
+        self._prefix = parts.path.rstrip("/")  # as a base URL's path, before each probe's
         self._sock: socket.socket | None = None
         self._buffer = b""
 
-    def get(self, path: str) -> None:
-        """GET `path`; returns once its whole answer has arrived, raises unless it was a 200."""
+    def open(self) -> None:
+        """Connect, unless the connection is open and the server has not closed it while it
+        was idle (a keep-alive or head timeout): call it before starting a probe's clock."""
         sock = self._sock
-        if sock is None:
-            sock = self._sock = socket.create_connection(self._address, _TIMEOUT_SECONDS)
-            sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
-            self._buffer = b""
-        sock.sendall(b"GET %s HTTP/1.1\r\nHost: %s\r\n\r\n" % (path.encode("ascii"), self._host))
+        if sock is not None:
+            readable, _, _ = select.select([sock], [], [], 0)
+            if not readable:
+                return
+            self.close()  # an idle connection has nothing to read but its end (or a reset)
+        sock = self._sock = socket.create_connection(self._address, _TIMEOUT_SECONDS)
+        sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+        self._buffer = b""
+
+    def get(self, path: str) -> None:
+        """GET `path` on the open connection (`open`); returns once its whole answer has
+        arrived, raises unless it was a 200."""
+        assert self._sock is not None, "open() first"
+        target = (self._prefix + path).encode("ascii")
+        self._sock.sendall(b"GET %s HTTP/1.1\r\nHost: %s\r\n\r\n" % (target, self._host))
         while (end := self._buffer.find(b"\r\n\r\n")) < 0:
             if len(self._buffer) > _MAX_HEAD_BYTES:
                 raise ProbeError(f"GET {path}: an answer head over {_MAX_HEAD_BYTES} bytes")
             self._receive(path)
         head, self._buffer = self._buffer[:end], self._buffer[end + 4 :]
         status_line, *lines = head.decode("latin-1").split("\r\n")
+        status = status_line.split(" ", 2)
+        if len(status) < 2 or status[1] != "200":
+            raise ProbeError(f"GET {path} answered {status_line!r}")
         fields = dict(line.partition(":")[::2] for line in lines)
         headers = {name.strip().lower(): value.strip() for name, value in fields.items()}
         length = headers.get("content-length", "")
-        if not length.isdigit():
+        if not (length.isascii() and length.isdigit()):
             raise ProbeError(f"GET {path}: an answer without a Content-Length ({status_line!r})")
         while len(self._buffer) < int(length):
             self._receive(path)
         self._buffer = self._buffer[int(length) :]
         if "close" in headers.get("connection", "").lower():
             self.close()  # the next probe connects again
-        status = status_line.split(" ", 2)
-        if len(status) < 2 or status[1] != "200":
-            raise ProbeError(f"GET {path} answered {status_line!r}")
 
     def _receive(self, path: str) -> None:
         assert self._sock is not None
@@ -112,6 +125,7 @@ def probe(url: str, interval: float) -> dict[str, list[float]]:
     connection = _Connection(url)
     try:
         for path in PATHS:  # connect and warm both handlers before the run starts
+            connection.open()
             connection.get(path)
         print("ready", flush=True)
         if _read_line(stdin).strip() != b"go":
@@ -120,6 +134,7 @@ def probe(url: str, interval: float) -> dict[str, list[float]]:
         stop.register(stdin, selectors.EVENT_READ)
         while not stop.select(interval):
             for path, values in latencies.items():
+                connection.open()
                 sent = time.perf_counter()
                 connection.get(path)
                 values.append(time.perf_counter() - sent)

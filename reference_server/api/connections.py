@@ -264,8 +264,8 @@ class _GuardedBase(HttpToolsProtocol):
             self.transport.close()
 
 
-_CYCLE_FIELDS = ("transport", "flow", "disconnected", "response_started", "response_complete",
-                 "chunked_encoding")  # fmt: skip
+_CYCLE_FIELDS = ("scope", "transport", "flow", "disconnected", "response_started",
+                 "response_complete", "chunked_encoding")  # fmt: skip
 
 
 def _chunk_writer(cycle: Any) -> Callable[[bytes], bool] | None:
@@ -274,6 +274,8 @@ def _chunk_writer(cycle: Any) -> Callable[[bytes], bool] | None:
     client has gone or the response is not open for body chunks. None when this uvicorn's
     request cycle lacks a field it reads (every chunk then takes the awaited `send`)."""
     if cycle is None or not all(hasattr(cycle, name) for name in _CYCLE_FIELDS):
+        return None
+    if cycle.scope.get("method") == "HEAD":  # uvicorn sends no body at all
         return None
     flow, transport = cycle.flow, cycle.transport
     if not hasattr(flow, "write_paused"):

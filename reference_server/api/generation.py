@@ -352,12 +352,15 @@ class _TokenSink:
 
     def __call__(self, output: Any) -> bool:
         response = self.response
-        if output.finished or response is None or not response.write_now(b""):
+        if output.finished or response is None:
             return False
         text = output.new_text
+        # An output without text (a partial UTF-8 character) sends nothing, but it is taken only
+        # where a chunk could go, so the timer sees outputs in their order.
         chunk = self._shapes.content_chunk(text, output) if text else b""
+        if not response.write_now(chunk):
+            return False
         self._timer.on_output(output)
-        response.write_now(chunk)  # it could write a moment ago: nothing ran in between
         return True
 
 

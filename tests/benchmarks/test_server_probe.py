@@ -29,10 +29,16 @@ class _Target(http.server.ThreadingHTTPServer):
         self.metrics_bytes = 3  # a real exposition is tens of KiB: more than one read
         self.close_after_health = False  # answer /health with Connection: close
         self.content_length = True
+        self.idle_timeout: float | None = None  # close a connection idle this long, unannounced
 
 
 class _Handler(http.server.BaseHTTPRequestHandler):
     protocol_version = "HTTP/1.1"  # keep-alive, as the reference server
+
+    def setup(self) -> None:
+        # The stdlib closes a connection whose next request does not come within `timeout`.
+        self.timeout = self.server.idle_timeout  # type: ignore[attr-defined]
+        super().setup()
 
     def do_GET(self) -> None:  # the stdlib handler's name for GET
         server: _Target = self.server  # type: ignore[assignment]
@@ -168,3 +174,17 @@ def test_an_answer_without_a_content_length_fails_the_probe(target) -> None:
     assert process.returncode == 1
     assert "without a Content-Length" in process.stderr
     assert "Traceback" not in process.stderr
+
+
+def test_a_connection_the_server_closed_while_idle_is_opened_again(target) -> None:
+    import server_probe
+
+    server, url = target
+    server.idle_timeout = 0.2  # closed between two probes, without a Connection: close
+    process = server_probe.launch(url, 0.5)
+    try:
+        server_probe.start(process)
+        _wait_for_hits(server, "/metrics", 3)
+    finally:
+        latencies = server_probe.stop(process)
+    assert len(latencies["/health"]) >= 2

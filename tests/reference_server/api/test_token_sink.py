@@ -47,11 +47,13 @@ def _dechunk(raw: bytes) -> bytes:
 
 
 async def _serve_once(
-    app: Any, request: bytes, *, state: ServerState | None = None, close_early: bool = False
-) -> bytes:
+    app: Any, request: bytes, *, state: ServerState | None = None,
+    hang_up_until: asyncio.Event | None = None,
+) -> bytes:  # fmt: skip
     """`app` behind the server's own protocol class on a loopback port; one request from a
     client socket; what came back (until the body ended). `state.connections` holds the
-    protocol serving it."""
+    protocol serving it. With `hang_up_until`, the client hangs up once the head has come and
+    the server is kept until the app sets that event."""
     config = Config(app=app, lifespan="off", log_level="warning")
     config.load()
     state = state or ServerState()
@@ -65,10 +67,10 @@ async def _serve_once(
         reader, writer = await asyncio.open_connection("127.0.0.1", port)
         writer.write(request)
         await writer.drain()
-        if close_early:
+        if hang_up_until is not None:
             await reader.readuntil(b"\r\n\r\n")
             writer.close()
-            await asyncio.sleep(0.2)
+            await asyncio.wait_for(hang_up_until.wait(), 60)
             return b""
         raw = b""
         while not raw.endswith(b"0\r\n\r\n"):
@@ -122,9 +124,11 @@ def test_the_writer_refuses_while_the_transport_has_paused_writing_and_once_the_
         while (await receive())["type"] != "http.disconnect":
             pass
         answers["gone"] = write_now(b"data: 3\n\n")
+        seen_gone.set()
 
     request = b"GET /s HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\n"
-    asyncio.run(_serve_once(app, request, state=state, close_early=True))
+    seen_gone = asyncio.Event()
+    asyncio.run(_serve_once(app, request, state=state, hang_up_until=seen_gone))
     assert (answers["paused"], answers["resumed"], answers["gone"]) == (False, True, False)
 
 
@@ -137,7 +141,9 @@ def test_a_streamed_requests_tokens_go_out_through_its_sink_without_waking_the_r
     request = SimpleNamespace(endpoint="completions", prompt_token_ids=[1, 2],
                               include_usage=False, continuous_usage=False)  # fmt: skip
     shapes = ResponseShapes(request, "tiny")  # type: ignore[arg-type]
-    timer = RequestTimer(SimpleNamespace(observe_request=lambda **_: None), "interactive")  # type: ignore[arg-type]
+    observed: dict[str, Any] = {}
+    metrics = SimpleNamespace(observe_request=lambda **values: observed.update(values))
+    timer = RequestTimer(metrics, "interactive")  # type: ignore[arg-type]
     wakeups = 0
 
     async def counted() -> AsyncIterator[RequestOutput]:
@@ -162,8 +168,9 @@ def test_a_streamed_requests_tokens_go_out_through_its_sink_without_waking_the_r
         await asyncio.sleep(0)
         streams.publish([output(0)])
         sink = _TokenSink(engine, shapes, timer)
+        timer.on_output(await first)  # as run_generation does before it hands over
         sink.response = EventStreamResponse(
-            response_events(shapes, stream, await first, timer, lambda: None, sink.arm)
+            response_events(shapes, stream, first.result(), timer, lambda: None, sink.arm)
         )
 
         async def engine_steps() -> None:
@@ -181,6 +188,9 @@ def test_a_streamed_requests_tokens_go_out_through_its_sink_without_waking_the_r
              for block in _dechunk(raw).split(b"\n\n")[:-2]]  # fmt: skip
     assert "".join(texts) == "".join(f"<{i}>" for i in range(41))
     assert wakeups == 2  # the first output and the finished one; 39 tokens went by the sink
+    # The server-side timings saw every output once: a first token, then one gap per token.
+    assert observed["ttft_seconds"] is not None
+    assert len(observed["inter_token_seconds"]) == 40
 
 
 # -- a real server: a client that stops reading, then reads on --------------------------------
@@ -194,9 +204,11 @@ _BODY = {
     "temperature": 1.0, "stream": True,
     "stream_options": {"include_usage": True, "continuous_usage_stats": True},
 }  # fmt: skip
-# Well over the kernel's buffers (the server's send buffer is 128 KiB, the client's receive
-# buffer a few KiB) and uvicorn's 64 KiB high-water mark together: the server must have paused
-# writing. (The stream is about 500 KiB.)
+# Well over what the kernel's buffers (the server's send buffer is 128 KiB, the client's receive
+# buffer a few KiB) and the transport's 64 KiB high-water mark hold together. The engine has
+# finished before the client reads a byte, so the rest of such a stream waited in the server's
+# own queue: writes paused, the sink refused, and the response's awaited writes took over.
+# (The stream is about 500 KiB.)
 _PAUSED_BYTES = 384 * 1024
 
 
