@@ -139,4 +139,12 @@ def test_engine_core_thread_serves_inside_the_api_process(tmp_path):
             response = http.post("/v1/completions", json=body)
             assert response.status_code == 200
             assert response.json()["usage"]["completion_tokens"] == 4
+            # Streamed, the step thread's outputs reach the loop's token sinks: the same text.
+            body = {"prompt": "hi", "max_tokens": 48, "ignore_eos": True, "seed": 3,
+                    "temperature": 1.0}  # fmt: skip
+            whole = http.post("/v1/completions", json=body).json()["choices"][0]["text"]
+            with http.stream("POST", "/v1/completions", json={**body, "stream": True}) as stream:
+                events = parse_sse(stream.iter_lines())
+            assert events[-1] == "[DONE]"
+            assert "".join(e["choices"][0]["text"] for e in events[:-1]) == whole
         assert server.stop() == 0
