@@ -77,6 +77,20 @@ def _wait_for_hits(server: _Target, path: str, count: int) -> None:
         time.sleep(0.01)
 
 
+def _record(server: _Target, url: str, interval: float, *, metrics_hits: int) -> dict:
+    """Launch the probe, record until the target has seen `metrics_hits` /metrics probes (the
+    warm-up's included), stop it; its latencies."""
+    import server_probe
+
+    process = server_probe.launch(url, interval)
+    try:
+        server_probe.start(process)
+        _wait_for_hits(server, "/metrics", metrics_hits)
+    finally:
+        latencies = server_probe.stop(process)
+    return latencies
+
+
 def test_it_records_only_between_go_and_the_end_of_its_input(target) -> None:
     import server_probe
 
@@ -150,17 +164,10 @@ def test_bad_input_is_a_message_and_a_non_zero_exit(args, said) -> None:
 
 
 def test_long_answers_are_read_whole_and_a_closed_connection_is_opened_again(target) -> None:
-    import server_probe
-
     server, url = target
     server.metrics_bytes = 300_000
     server.close_after_health = True
-    process = server_probe.launch(url, 0.02)
-    try:
-        server_probe.start(process)
-        _wait_for_hits(server, "/metrics", 4)
-    finally:
-        latencies = server_probe.stop(process)
+    latencies = _record(server, url, 0.02, metrics_hits=4)
     assert len(latencies["/health"]) == len(latencies["/metrics"]) >= 3
 
 
@@ -177,14 +184,7 @@ def test_an_answer_without_a_content_length_fails_the_probe(target) -> None:
 
 
 def test_a_connection_the_server_closed_while_idle_is_opened_again(target) -> None:
-    import server_probe
-
     server, url = target
     server.idle_timeout = 0.2  # closed between two probes, without a Connection: close
-    process = server_probe.launch(url, 0.5)
-    try:
-        server_probe.start(process)
-        _wait_for_hits(server, "/metrics", 3)
-    finally:
-        latencies = server_probe.stop(process)
+    latencies = _record(server, url, 0.5, metrics_hits=3)
     assert len(latencies["/health"]) >= 2

@@ -55,17 +55,25 @@ async def _next_soon(stream: AsyncIterator[RequestOutput]) -> asyncio.Future[Req
     return task
 
 
+async def _armed() -> tuple[
+    RequestStreams, AsyncIterator[RequestOutput], asyncio.Future[RequestOutput], _Recorder
+]:
+    """Streams with request "r" waiting for its next output and a `_Recorder` as its sink."""
+    streams = RequestStreams()
+    stream = _consumer(streams)
+    waiting = await _next_soon(stream)
+    sink = _Recorder()
+    streams.set_sink("r", sink)
+    return streams, stream, waiting, sink
+
+
 def _run(scenario: Callable[[], Coroutine[Any, Any, None]]) -> None:
     asyncio.run(asyncio.wait_for(scenario(), 10))
 
 
 def test_a_sink_takes_outputs_and_the_consumer_gets_only_what_it_declines():
     async def scenario() -> None:
-        streams = RequestStreams()
-        stream = _consumer(streams)
-        waiting = await _next_soon(stream)
-        sink = _Recorder()
-        streams.set_sink("r", sink)
+        streams, _stream, waiting, sink = await _armed()
         streams.publish([_output(0), _output(1)])
         streams.publish([_output(2)])
         assert sink.taken == [0, 1, 2]
@@ -80,11 +88,7 @@ def test_a_sink_takes_outputs_and_the_consumer_gets_only_what_it_declines():
 
 def test_a_refusal_drops_the_sink_and_later_outputs_keep_their_order_through_the_queue():
     async def scenario() -> None:
-        streams = RequestStreams()
-        stream = _consumer(streams)
-        waiting = await _next_soon(stream)
-        sink = _Recorder()
-        streams.set_sink("r", sink)
+        streams, stream, waiting, sink = await _armed()
         streams.publish([_output(0)])
         sink.refuse = True
         streams.publish([_output(1)])  # refused: the sink is dropped
@@ -111,11 +115,7 @@ def test_a_refusal_drops_the_sink_and_later_outputs_keep_their_order_through_the
 
 def test_errors_never_go_to_a_sink():
     async def scenario() -> None:
-        streams = RequestStreams()
-        stream = _consumer(streams)
-        waiting = await _next_soon(stream)
-        sink = _Recorder()
-        streams.set_sink("r", sink)
+        streams, _stream, waiting, sink = await _armed()
         streams.deliver("r", EngineFailure("the forward pass failed"))
         with pytest.raises(EngineFailure):
             await waiting
@@ -146,11 +146,7 @@ def test_a_failing_sink_is_logged_and_its_output_reaches_the_consumer(caplog):
 
 def test_outputs_published_from_another_thread_reach_the_sink_on_the_consumers_loop():
     async def scenario() -> None:
-        streams = RequestStreams()
-        stream = _consumer(streams)
-        waiting = await _next_soon(stream)
-        sink = _Recorder()
-        streams.set_sink("r", sink)
+        streams, _stream, waiting, sink = await _armed()
         producer = threading.Thread(
             target=lambda: (
                 [streams.publish([_output(i)]) for i in range(5)]
