@@ -2,7 +2,8 @@
 
 Owns the decision (`--calibration fresh|auto|off|FILE`), the reuse of a saved calibration of the
 same target (server kind, model, batching settings hash, start flags, hardware, calibration spec:
-`identity_key`) from a store directory, switching a failure preset's live knobs to the reference
+`identity_key`) from a store directory (only a calibration whose client phases were valid
+measurements is saved or reused), switching a failure preset's live knobs to the reference
 preset while measuring on the bundled server (so "unloaded" is what the reference settings give a
 lone request), and resolving the profiles written relative to the target into absolute numbers,
 validated again by the load generator. It does not measure (`gate.orchestrator.calibration`).
@@ -34,8 +35,9 @@ from gate.orchestrator.processes import ChildProcess
 from gate.orchestrator.relative import RelativeError, absolute_overrides
 from gate.orchestrator.session import SessionSettings
 from gate.orchestrator.target import TargetClient, TargetInfo
+from gate.verdicts.relative import PHASE_SECTIONS, phase_problem
 
-__all__ = ["CalibrationPhase", "PhaseResult", "identity_key"]
+__all__ = ["CalibrationPhase", "PhaseResult", "identity_key", "invalid_phases"]
 
 MODES = ("fresh", "auto", "off")
 
@@ -46,6 +48,12 @@ class PhaseResult:
     plans: tuple[ProfilePlan, ...]
     manifest_entry: dict[str, Any]
     relative_profiles: dict[str, Any]
+
+
+def invalid_phases(calibration: Mapping[str, Any]) -> list[str]:
+    """Why the calibration's client phases were not valid measurements (empty: they were)."""
+    problems = (phase_problem(calibration, section) for section in sorted(PHASE_SECTIONS))
+    return [problem for problem in problems if problem is not None]
 
 
 def identity_key(identity: Mapping[str, Any]) -> str:
@@ -97,7 +105,15 @@ class CalibrationPhase:
         if data is None:
             data = self._measure(target, info, server, settings, children, identity)
             if self.mode == "auto":
-                self._save(key, data)
+                problems = invalid_phases(data)
+                if problems:
+                    # Reused, it would stop every later run the same way (or leave its
+                    # relative gates without data) until someone asked for a fresh one.
+                    self.view.message(
+                        f"batchgate: calibration not saved for reuse: {'; '.join(problems)}"
+                    )
+                else:
+                    self._save(key, data)
         else:
             self.view.message(f"batchgate: reusing a calibration ({source})")
         data = {**data, "source": source}
@@ -137,9 +153,11 @@ class CalibrationPhase:
         if not path.is_file():
             return None
         try:
-            return read_calibration(path)
+            data = read_calibration(path)
         except CalibrationError:
             return None  # an unreadable store entry is measured afresh and replaced
+        # One saved before invalid measurements were refused: measured afresh likewise.
+        return None if invalid_phases(data) else data
 
     def _save(self, key: str, data: dict[str, Any]) -> None:
         try:
@@ -200,13 +218,14 @@ class CalibrationPhase:
         relative = [p for p in plans if p.relative]
         if not relative:
             return tuple(plans), {}
-        try:
-            absolute = {
-                p.name: absolute_overrides(p.overrides, p.relative, p.params, calibration)
-                for p in relative
-            }
-        except RelativeError as exc:
-            raise UsageError(str(exc), exc.exit_code) from None
+        absolute = {}
+        for p in relative:
+            try:
+                absolute[p.name] = absolute_overrides(
+                    p.overrides, p.relative, p.params, calibration
+                )
+            except RelativeError as exc:
+                raise UsageError(f"profile {p.name!r}: {exc}", exc.exit_code) from None
         # Validated again by the load generator, now with the numbers it will run.
         empty = dataclasses.replace(self.gates_file, profiles={})
         resolved = {

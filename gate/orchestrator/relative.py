@@ -12,8 +12,11 @@ Owns the forms a profile override may take besides a number (docs/calibration.md
   `"1.5x kv"` — as many requests as hold 1.5 times the target's KV capacity in tokens (prompt +
   answer), where the target states its capacity (unknown: the run stops, no guess).
 A slower target then gets the same load relative to what it can do and the same number of
-samples per gate. Before calibration, `placeholders` stands a number in for each relative value
-so the load generator can validate the rest. It does not measure anything.
+samples per gate. A value resolved from a phase whose client was not a valid measurement (a
+saturated client timed itself: `client.<phase>.measurement_valid` in calibration.json) stops
+the run with exit 5, as a missing one does. Before calibration, `placeholders` stands a number
+in for each relative value so the load generator can validate the rest. It does not measure
+anything.
 """
 
 from __future__ import annotations
@@ -24,6 +27,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from gate.errors import BatchgateError, ExitCode
+from gate.verdicts.relative import PHASE_SECTIONS, phase_problem
 
 __all__ = [
     "RelativeError",
@@ -127,6 +131,12 @@ def mix_request_tokens(params: Mapping[str, Any]) -> float:
 
 
 def _reference(calibration: Mapping[str, Any], *path: str) -> float:
+    """The calibrated value at `path`, from a phase that was a valid measurement; else the run
+    stops (exit 5): a profile sized by a saturated client's capacity would under-load the
+    target and let its gates pass on load it never saw."""
+    problem = phase_problem(calibration, path[0]) if path[0] in PHASE_SECTIONS else None
+    if problem is not None:
+        raise RelativeError(f"{problem}: cannot resolve a relative profile value", ExitCode.NO_DATA)
     node: Any = calibration
     for key in path:
         node = node.get(key) if isinstance(node, Mapping) else None
@@ -150,13 +160,16 @@ def absolute_overrides(
     output length and for the rates that durations divide by.
     """
     out = dict(overrides)
-    unloaded_e2e = _reference(calibration, "unloaded", "short", "e2e", "p50")
+
+    def unloaded_e2e() -> float:  # looked up only where a value needs it
+        return _reference(calibration, "unloaded", "short", "e2e", "p50")
+
     for key, text in relative.items():
         if key not in _RATE_KEYS:
             continue
         factor, what = _FACTOR_RE.match(text).groups()  # type: ignore[union-attr]
         if what == "lone":
-            out[key] = float(factor) / unloaded_e2e
+            out[key] = float(factor) / unloaded_e2e()
         else:
             tokens_per_second = _reference(
                 calibration, "capacity", "short", "output_tokens_per_second"
@@ -173,7 +186,7 @@ def absolute_overrides(
             kv_tokens = _reference(calibration, "kv_capacity", "tokens")
             requests = math.ceil(float(factor.group(1)) * kv_tokens / mix_request_tokens(params))
         else:
-            out[key] = float(factor.group(1)) * unloaded_e2e  # type: ignore[union-attr]
+            out[key] = float(factor.group(1)) * unloaded_e2e()  # type: ignore[union-attr]
             continue
         rate_key = _DURATION_RATE[key]
         rate = out.get(rate_key, params.get(rate_key))

@@ -23,8 +23,10 @@ from gate.units import Threshold, format_value
 
 __all__ = [
     "CAPACITY_METRICS",
+    "PHASE_SECTIONS",
     "UNLOADED_METRICS",
     "capacity_reference",
+    "phase_problem",
     "resolve_relative",
     "unloaded_reference",
 ]
@@ -50,14 +52,17 @@ CAPACITY_METRICS = {
 
 # The calibration phase whose measurement each section comes from (calibration.json `client`).
 _PHASES = {"unloaded": "lone", "capacity": "capacity"}
+# The calibration.json sections a client phase measured (`kv_capacity` is the server's word).
+PHASE_SECTIONS = frozenset(_PHASES)
 
 
 def _number(value: Any) -> bool:
     return isinstance(value, int | float) and not isinstance(value, bool)
 
 
-def _phase_problem(calibration: Mapping[str, Any], section: str) -> str | None:
-    """Why the phase that measured `section` cannot serve as a reference (None: it can). A
+def phase_problem(calibration: Mapping[str, Any], section: str) -> str | None:
+    """Why the phase that measured `section` (`unloaded`, `capacity`) cannot serve as a
+    reference (None: it can); profile sizing asks the same (`gate.orchestrator.relative`). A
     saturated client times itself, not the target, so its medians are no reference. A
     calibration that records no validity (hand-written, from before `client` existed) is read as
     it stands; one that records it must say `measurement_valid: true`."""
@@ -98,7 +103,7 @@ def _calibrated(
     base = names.get(metric)
     if base is None:
         return None, f"metric {metric!r} has no calibrated {what} value"
-    problem = _phase_problem(calibration, section)
+    problem = phase_problem(calibration, section)
     if problem is not None:
         return None, problem
     # Walk section -> length class -> metric; a level of the wrong shape (a hand-edited or

@@ -106,3 +106,33 @@ def test_a_kv_multiple_on_a_target_that_does_not_state_its_kv_capacity_stops_the
     with pytest.raises(RelativeError, match="kv_capacity") as info:
         absolute_overrides(placeholders(relative, relative), relative, {}, calibration)
     assert int(info.value.exit_code) == 5
+
+
+def _client(phase: str) -> dict:
+    """A calibration whose `phase` (lone or capacity) had a saturated client."""
+    invalid = {"measurement_valid": False, "reasons": ["client CPU peaked at 0.97 of a core"]}
+    valid = {"measurement_valid": True, "reasons": []}
+    return {**CALIBRATION, "client": {"lone": valid, "capacity": valid, phase: invalid}}
+
+
+def test_a_rate_sized_by_an_invalid_capacity_phase_stops_the_run_with_its_reason():
+    # A saturated client measured itself: sized by it, a "1.5x capacity" spike would under-load
+    # the target and its gates pass on load it never saw.
+    relative = {"spike_rate_rps": "1.5x capacity"}
+    with pytest.raises(RelativeError, match=r"capacity phase.*0\.97 of a core") as info:
+        absolute_overrides({}, relative, {}, _client("capacity"))
+    assert int(info.value.exit_code) == 5
+    # The lone phase stands on its own: a lone-relative rate still resolves.
+    out = absolute_overrides({}, {"base_rate_rps": "0.25x lone"}, {}, _client("capacity"))
+    assert out["base_rate_rps"] == pytest.approx(2.5)
+
+
+@pytest.mark.parametrize(
+    "relative", [{"base_rate_rps": "0.25x lone"}, {"spike_seconds": "2x unloaded"}]
+)
+def test_a_value_sized_by_an_invalid_lone_phase_stops_the_run(relative):
+    with pytest.raises(RelativeError, match="lone phase was not a valid measurement") as info:
+        absolute_overrides({}, relative, {}, _client("lone"))
+    assert int(info.value.exit_code) == 5
+    out = absolute_overrides({}, {"spike_rate_rps": "1x capacity"}, {}, _client("lone"))
+    assert out["spike_rate_rps"] == pytest.approx(1200.0 / mix_output_tokens({}))

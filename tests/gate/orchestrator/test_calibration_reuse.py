@@ -1,0 +1,78 @@
+"""`--calibration auto` saves and reuses only a calibration whose client phases were valid
+measurements: a saturated client's numbers, reused, would size or judge every later run."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+from gate.orchestrator.calibration import CALIBRATION_SCHEMA_VERSION, CalibrationSpec
+from gate.orchestrator.calibration_phase import CalibrationPhase, identity_key
+
+VALID = {"measurement_valid": True, "reasons": []}
+SATURATED = {"measurement_valid": False, "reasons": ["client CPU peaked at 0.97 of a core"]}
+
+
+class _Info:
+    def to_manifest(self) -> dict[str, Any]:
+        return {"server_kind": "openai", "model": "m", "url": "http://127.0.0.1:9"}
+
+
+class _View:
+    def __init__(self) -> None:
+        self.lines: list[str] = []
+
+    def message(self, text: str) -> None:
+        self.lines.append(text)
+
+
+def _calibration(capacity_client: dict[str, Any]) -> dict[str, Any]:
+    return {
+        "schema_version": CALIBRATION_SCHEMA_VERSION,
+        "unloaded": {"short": {"e2e": {"p50": 0.1, "n": 20}}},
+        "capacity": {"short": {"output_tokens_per_second": 1200.0, "rps": 10.0}},
+        "client": {"lone": VALID, "capacity": capacity_client},
+    }
+
+
+def _phase(tmp_path: Path, measured: list[dict[str, Any]]) -> tuple[CalibrationPhase, _View]:
+    """An `auto` phase whose measurements come from `measured`, one per call, in order."""
+    view = _View()
+    # No profile is relative, so no gates file is read.
+    phase = CalibrationPhase(
+        mode="auto", spec=CalibrationSpec(), store_dir=tmp_path / "store", run_dir=tmp_path,
+        gates_file=None, preset=None, bundled=False, admin_token=None, scale="smoke",
+        view=view,
+    )  # type: ignore[arg-type]  # fmt: skip
+    phase._measure = lambda *args: measured.pop(0)  # type: ignore[method-assign]
+    return phase, view
+
+
+def _run(phase: CalibrationPhase) -> dict[str, Any]:
+    result = phase.run(
+        plans=(), target=None, info=_Info(), server=None, settings=None,  # type: ignore[arg-type]
+        children=[], hardware={"cpu": "x", "cpu_count": 2},
+    )  # fmt: skip
+    assert result is not None
+    return result.calibration
+
+
+def test_an_invalid_measurement_is_not_saved_and_the_next_run_measures_again(tmp_path):
+    phase, view = _phase(tmp_path, [_calibration(SATURATED), _calibration(VALID)])
+    first = _run(phase)
+    assert first["source"] == "auto: measured"
+    assert not list((tmp_path / "store").glob("*.json"))
+    assert any("not saved for reuse" in line and "0.97 of a core" in line for line in view.lines)
+    second = _run(phase)
+    assert second["source"] == "auto: measured"
+    assert second["client"]["capacity"] == VALID
+    assert len(list((tmp_path / "store").glob("*.json"))) == 1
+    assert _run(phase)["source"] == "auto: reused"  # no third measurement is left to take
+
+
+def test_an_invalid_calibration_saved_before_is_measured_afresh_and_replaced(tmp_path):
+    phase, _ = _phase(tmp_path, [_calibration(VALID)])
+    key = identity_key(phase._identity(_Info(), {"cpu": "x", "cpu_count": 2}))  # type: ignore[arg-type]
+    phase._save(key, _calibration(SATURATED))
+    assert _run(phase)["source"] == "auto: measured"
+    assert _run(phase)["client"]["capacity"] == VALID
