@@ -53,7 +53,8 @@ class PhaseResult:
 def invalid_phases(calibration: Mapping[str, Any]) -> list[str]:
     """Why the calibration's client phases were not valid measurements (empty: they were)."""
     problems = (phase_problem(calibration, section) for section in sorted(PHASE_SECTIONS))
-    return [problem for problem in problems if problem is not None]
+    # dict: a `client` that is not an object is one problem, however many phases it spoils.
+    return list(dict.fromkeys(problem for problem in problems if problem is not None))
 
 
 def identity_key(identity: Mapping[str, Any]) -> str:
@@ -156,8 +157,11 @@ class CalibrationPhase:
             data = read_calibration(path)
         except CalibrationError:
             return None  # an unreadable store entry is measured afresh and replaced
-        # One saved before invalid measurements were refused: measured afresh likewise.
-        return None if invalid_phases(data) else data
+        problems = invalid_phases(data)
+        if problems:  # saved before invalid measurements were refused: measured afresh
+            self.view.message(f"batchgate: saved calibration not reused: {'; '.join(problems)}")
+            return None
+        return data
 
     def _save(self, key: str, data: dict[str, Any]) -> None:
         try:

@@ -134,9 +134,11 @@ def _reference(calibration: Mapping[str, Any], *path: str) -> float:
     """The calibrated value at `path`, from a phase that was a valid measurement; else the run
     stops (exit 5): a profile sized by a saturated client's capacity would under-load the
     target and let its gates pass on load it never saw."""
+    # A malformed `client` section is judged as the relative thresholds judge it (exit 5 with
+    # what is wrong), not as an unreadable calibration.json (exit 2).
     problem = phase_problem(calibration, path[0]) if path[0] in PHASE_SECTIONS else None
     if problem is not None:
-        raise RelativeError(f"{problem}: cannot resolve a relative profile value", ExitCode.NO_DATA)
+        raise RelativeError(problem, ExitCode.NO_DATA)
     node: Any = calibration
     for key in path:
         node = node.get(key) if isinstance(node, Mapping) else None
@@ -160,37 +162,41 @@ def absolute_overrides(
     output length and for the rates that durations divide by.
     """
     out = dict(overrides)
-
-    def unloaded_e2e() -> float:  # looked up only where a value needs it
-        return _reference(calibration, "unloaded", "short", "e2e", "p50")
-
-    for key, text in relative.items():
-        if key not in _RATE_KEYS:
-            continue
-        factor, what = _FACTOR_RE.match(text).groups()  # type: ignore[union-attr]
-        if what == "lone":
-            out[key] = float(factor) / unloaded_e2e()
-        else:
-            tokens_per_second = _reference(
-                calibration, "capacity", "short", "output_tokens_per_second"
-            )
-            out[key] = float(factor) * tokens_per_second / mix_output_tokens(params)
-    for key, text in relative.items():
-        if key in _RATE_KEYS:
-            continue
-        count = _COUNT_RE.match(text)
-        factor = _FACTOR_RE.match(text)
-        if count is not None:
-            requests = float(count.group(1))
-        elif factor is not None and factor.group(2) == "kv":
-            kv_tokens = _reference(calibration, "kv_capacity", "tokens")
-            requests = math.ceil(float(factor.group(1)) * kv_tokens / mix_request_tokens(params))
-        else:
-            out[key] = float(factor.group(1)) * unloaded_e2e()  # type: ignore[union-attr]
-            continue
-        rate_key = _DURATION_RATE[key]
-        rate = out.get(rate_key, params.get(rate_key))
-        if not isinstance(rate, (int, float)) or rate <= 0:
-            raise RelativeError(f"{key}: {text!r} needs a positive {rate_key} to count requests")
-        out[key] = requests / float(rate)
+    # Rates first: a duration of "N requests" divides by its stage's resolved rate.
+    for key, text in sorted(relative.items(), key=lambda item: item[0] not in _RATE_KEYS):
+        try:
+            out[key] = _absolute(key, text, out, params, calibration)
+        except RelativeError as exc:
+            raise RelativeError(f"{key} {text!r}: {exc}", exc.exit_code) from None
     return out
+
+
+def _absolute(
+    key: str,
+    text: str,
+    resolved: Mapping[str, Any],
+    params: Mapping[str, Any],
+    calibration: Mapping[str, Any],
+) -> float:
+    """One relative value as a number; `resolved` holds the rates resolved so far."""
+    factor = _FACTOR_RE.match(text)
+    if key in _RATE_KEYS:
+        multiple, what = factor.groups()  # type: ignore[union-attr]
+        if what == "lone":
+            return float(multiple) / _reference(calibration, "unloaded", "short", "e2e", "p50")
+        tokens_per_second = _reference(calibration, "capacity", "short", "output_tokens_per_second")
+        return float(multiple) * tokens_per_second / mix_output_tokens(params)
+    count = _COUNT_RE.match(text)
+    if count is not None:
+        requests = float(count.group(1))
+    elif factor is not None and factor.group(2) == "kv":
+        kv_tokens = _reference(calibration, "kv_capacity", "tokens")
+        requests = math.ceil(float(factor.group(1)) * kv_tokens / mix_request_tokens(params))
+    else:
+        unloaded_e2e = _reference(calibration, "unloaded", "short", "e2e", "p50")
+        return float(factor.group(1)) * unloaded_e2e  # type: ignore[union-attr]
+    rate_key = _DURATION_RATE[key]
+    rate = resolved.get(rate_key, params.get(rate_key))
+    if not isinstance(rate, (int, float)) or rate <= 0:
+        raise RelativeError(f"needs a positive {rate_key} to count requests")
+    return requests / float(rate)

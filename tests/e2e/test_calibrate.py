@@ -41,6 +41,8 @@ def test_calibrate_measures_then_auto_reuses_the_saved_calibration(tmp_path):
     assert capacity["users"] == 64 and capacity["n"] > 64
     assert data["kv_capacity"] == {"tokens": 4096 * 16, "source": "batchgate_kv_capacity_tokens"}
     assert data["source"] == "auto: measured"
+    # Only a valid measurement is saved for reuse (a saturated client's would be refused).
+    assert all(phase["measurement_valid"] for phase in data["client"].values()), data["client"]
     assert "capacity (64 closed-loop users)" in first.stdout
     stored = list((tmp_path / ".batchgate" / "calibrations").glob("*.json"))
     assert len(stored) == 1

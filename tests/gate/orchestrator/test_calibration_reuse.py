@@ -4,8 +4,12 @@ measurements: a saturated client's numbers, reused, would size or judge every la
 from __future__ import annotations
 
 from pathlib import Path
+from types import SimpleNamespace
 from typing import Any
 
+import pytest
+
+from gate.errors import UsageError
 from gate.orchestrator.calibration import CALIBRATION_SCHEMA_VERSION, CalibrationSpec
 from gate.orchestrator.calibration_phase import CalibrationPhase, identity_key
 
@@ -67,12 +71,37 @@ def test_an_invalid_measurement_is_not_saved_and_the_next_run_measures_again(tmp
     assert second["source"] == "auto: measured"
     assert second["client"]["capacity"] == VALID
     assert len(list((tmp_path / "store").glob("*.json"))) == 1
-    assert _run(phase)["source"] == "auto: reused"  # no third measurement is left to take
+    assert _run(phase)["source"] == "auto: reused"
 
 
 def test_an_invalid_calibration_saved_before_is_measured_afresh_and_replaced(tmp_path):
-    phase, _ = _phase(tmp_path, [_calibration(VALID)])
+    phase, view = _phase(tmp_path, [_calibration(VALID)])
     key = identity_key(phase._identity(_Info(), {"cpu": "x", "cpu_count": 2}))  # type: ignore[arg-type]
     phase._save(key, _calibration(SATURATED))
     assert _run(phase)["source"] == "auto: measured"
-    assert _run(phase)["client"]["capacity"] == VALID
+    assert any("saved calibration not reused" in line for line in view.lines)
+    again = _run(phase)
+    assert again["source"] == "auto: reused"
+    assert again["client"]["capacity"] == VALID
+
+
+def test_a_calibration_without_a_client_record_is_saved_and_reused(tmp_path):
+    # Hand-written, or from before `client` existed: read as it stands.
+    plain = {k: v for k, v in _calibration(VALID).items() if k != "client"}
+    phase, view = _phase(tmp_path, [plain])
+    assert _run(phase)["source"] == "auto: measured"
+    assert _run(phase)["source"] == "auto: reused"
+    assert not [line for line in view.lines if "not saved" in line or "not reused" in line]
+
+
+def test_a_profile_sized_by_an_invalid_phase_stops_the_run_naming_the_profile(tmp_path):
+    phase, _ = _phase(tmp_path, [])
+    plan = SimpleNamespace(
+        name="burst", relative={"spike_rate_rps": "1.5x capacity"}, overrides={}, params={}
+    )
+    with pytest.raises(
+        UsageError, match=r"profile 'burst': spike_rate_rps '1.5x capacity'.*"
+    ) as info:
+        phase._resolve([plan], _calibration(SATURATED))  # type: ignore[list-item]
+    assert int(info.value.exit_code) == 5
+    assert "0.97 of a core" in str(info.value)

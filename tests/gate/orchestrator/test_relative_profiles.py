@@ -136,3 +136,32 @@ def test_a_value_sized_by_an_invalid_lone_phase_stops_the_run(relative):
     assert int(info.value.exit_code) == 5
     out = absolute_overrides({}, {"spike_rate_rps": "1x capacity"}, {}, _client("lone"))
     assert out["spike_rate_rps"] == pytest.approx(1200.0 / mix_output_tokens({}))
+
+
+def test_kv_values_and_request_counts_need_only_the_phases_they_use():
+    # Both client phases invalid: a KV multiple is the server's own word and still resolves
+    # where its rate is a plain number; a count at a capacity-relative rate does not.
+    calibration = {**_client("capacity"), "kv_capacity": {"tokens": 1000}}
+    calibration["client"] = {**calibration["client"], "lone": calibration["client"]["capacity"]}
+    params = {
+        "prompt_tokens": {"kind": "fixed", "value": 40},
+        "output_tokens": {"kind": "fixed", "value": 10},
+    }
+    out = absolute_overrides(
+        {"spike_rate_rps": 20.0}, {"spike_seconds": "2x kv"}, params, calibration
+    )
+    assert out["spike_seconds"] == pytest.approx(40 / 20.0)
+    relative = {"spike_rate_rps": "1x capacity", "spike_seconds": "60 requests"}
+    with pytest.raises(
+        RelativeError, match=r"spike_rate_rps '1x capacity': the calibration's capacity"
+    ):
+        absolute_overrides(placeholders(relative, relative), relative, params, calibration)
+
+
+@pytest.mark.parametrize("client", [["lone"], "valid", {"capacity": "yes"}, {"capacity": []}])
+def test_a_malformed_client_section_is_named_not_a_traceback(client):
+    with pytest.raises(RelativeError, match=r"calibration\.json: 'client") as info:
+        absolute_overrides(
+            {}, {"base_rate_rps": "1x capacity"}, {}, {**CALIBRATION, "client": client}
+        )
+    assert int(info.value.exit_code) == 5
