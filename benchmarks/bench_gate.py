@@ -45,6 +45,7 @@ from gate_run_generator import generate
 from loadgen.parquet import parquet_path, write_parquet  # the load generator's close-time writer
 
 ROOT = Path(__file__).resolve().parents[1]
+HEAP_POLICY = ROOT / "gate" / "heap_policy.py"
 
 
 GATES = """\
@@ -114,6 +115,13 @@ except ImportError:  # --old code, from before it: the same page policy, like fo
         from numpy._core.multiarray import _set_madvise_hugepage
         _set_madvise_hugepage(False)
 prefer_small_pages()
+# What `batchgate` does at start too; for --old code, from before it, this tree's module (it
+# imports nothing of the project): the same heap policy, like for like.
+import importlib.util
+spec = importlib.util.spec_from_file_location("heap_policy", sys.argv[3])
+heap_policy = importlib.util.module_from_spec(spec)
+spec.loader.exec_module(heap_policy)
+heap_policy.keep_freed_memory()
 from gate.gates.file import load
 from gate.rundir.run import load_run
 from gate.verdicts.evaluate import evaluate
@@ -147,7 +155,7 @@ def measure(run_dir: Path, gates_path: Path, *, code_dir: Path = ROOT) -> dict:
     started = time.perf_counter()
     with tempfile.TemporaryFile() as out_file, tempfile.TemporaryFile() as err_file:
         child = subprocess.Popen(
-            [sys.executable, "-c", _CHILD, str(run_dir), str(gates_path)],
+            [sys.executable, "-c", _CHILD, str(run_dir), str(gates_path), str(HEAP_POLICY)],
             stdout=out_file,
             stderr=err_file,
             cwd=code_dir,

@@ -15,6 +15,7 @@ import sys
 from collections.abc import Sequence
 
 from gate.errors import ExitCode
+from gate.heap_policy import keep_freed_memory
 from gate.huge_pages import prefer_small_pages
 
 # Order is the order shown in --help.
@@ -70,6 +71,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         module = importlib.import_module(f"gate.commands.{words[0]}")
         return int(module.exec_with(words[1:]))
     prefer_small_pages()  # the gate's arrays are fresh memory read a few times (huge_pages.py)
+    keep_freed_memory()  # and freed memory is reused, not faulted in again (heap_policy.py)
     parser = build_parser()
     args, unknown = parser.parse_known_args(words)
     if unknown:

@@ -28,6 +28,7 @@ STAGES: dict[str, int] = {
     "gate.sequential": 0,
     "gate.glossary": 0,
     "gate.huge_pages": 0,
+    "gate.heap_policy": 0,
     "gate.gates": 1,
     "gate.rundir": 1,
     "gate.observers": 1,
@@ -48,6 +49,7 @@ LEAF_ORDER = (
     "gate.stats",
     "gate.sequential",
     "gate.huge_pages",
+    "gate.heap_policy",
 )
 
 
