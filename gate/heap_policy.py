@@ -21,7 +21,6 @@ from __future__ import annotations
 
 import ctypes
 import os
-import platform
 
 __all__ = ["keep_freed_memory"]
 
@@ -39,7 +38,13 @@ def keep_freed_memory() -> bool:
         return False
     if "glibc.malloc" in os.environ.get("GLIBC_TUNABLES", ""):
         return False
-    if platform.libc_ver()[0] != "glibc":
+    # Asked of the C library itself: platform.libc_ver() would scan the Python binary, tens of
+    # MiB for a statically linked one, at every start.
+    try:
+        libc = os.confstr("CS_GNU_LIBC_VERSION") or ""
+    except (AttributeError, ValueError, OSError):  # no confstr, or a C library without the name
+        return False
+    if not libc.startswith("glibc"):
         return False
     try:
         mallopt = ctypes.CDLL(None).mallopt
