@@ -40,6 +40,11 @@ from gate.verdicts.relative import PHASE_SECTIONS, phase_problem
 __all__ = ["CalibrationPhase", "PhaseResult", "identity_key", "invalid_phases"]
 
 MODES = ("fresh", "auto", "off")
+# What a user can do about a phase whose load generator measured itself.
+_REMEDY = (
+    ". A target faster than one load-generator process can drive needs more of them"
+    " (--workers N); a busy machine, a quieter moment"
+)
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True)
@@ -229,7 +234,8 @@ class CalibrationPhase:
                     p.overrides, p.relative, p.params, calibration
                 )
             except RelativeError as exc:
-                raise UsageError(f"profile {p.name!r}: {exc}", exc.exit_code) from None
+                hint = _REMEDY if invalid_phases(calibration) else ""
+                raise UsageError(f"profile {p.name!r}: {exc}{hint}", exc.exit_code) from None
         # Validated again by the load generator, now with the numbers it will run.
         empty = dataclasses.replace(self.gates_file, profiles={})
         resolved = {

@@ -105,3 +105,4 @@ def test_a_profile_sized_by_an_invalid_phase_stops_the_run_naming_the_profile(tm
         phase._resolve([plan], _calibration(SATURATED))  # type: ignore[list-item]
     assert int(info.value.exit_code) == 5
     assert "0.97 of a core" in str(info.value)
+    assert "--workers N" in str(info.value)  # what the user can do about it
