@@ -234,7 +234,8 @@ class CalibrationPhase:
                     p.overrides, p.relative, p.params, calibration
                 )
             except RelativeError as exc:
-                hint = _REMEDY if invalid_phases(calibration) else ""
+                # Only for a load generator that measured itself, not a malformed record.
+                hint = _REMEDY if "not a valid measurement" in str(exc) else ""
                 raise UsageError(f"profile {p.name!r}: {exc}{hint}", exc.exit_code) from None
         # Validated again by the load generator, now with the numbers it will run.
         empty = dataclasses.replace(self.gates_file, profiles={})

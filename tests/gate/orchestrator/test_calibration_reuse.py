@@ -106,3 +106,13 @@ def test_a_profile_sized_by_an_invalid_phase_stops_the_run_naming_the_profile(tm
     assert int(info.value.exit_code) == 5
     assert "0.97 of a core" in str(info.value)
     assert "--workers N" in str(info.value)  # what the user can do about it
+
+
+def test_a_malformed_client_record_gets_no_advice_about_workers(tmp_path):
+    phase, _ = _phase(tmp_path, [])
+    plan = SimpleNamespace(
+        name="burst", relative={"spike_rate_rps": "1.5x capacity"}, overrides={}, params={}
+    )
+    with pytest.raises(UsageError, match="'client' is not an object") as info:
+        phase._resolve([plan], {**_calibration(VALID), "client": "oops"})  # type: ignore[list-item]
+    assert "--workers" not in str(info.value)
