@@ -18,6 +18,7 @@ from __future__ import annotations
 import contextlib
 import gc
 import logging
+import select
 import signal
 import socket
 import sys
@@ -89,6 +90,12 @@ class _Core:
         self._drain_waiting = False
         self._stopping = False
         self._last_snapshot = 0.0
+        # The between-steps check for commands: Connection.poll(0) builds and tears down a
+        # selector on each call. Between two forward passes that made the read a median 38 us a
+        # step here, against 7 us with one poll object registered once. Blocking waits (the
+        # idle path) keep Connection.poll.
+        self._poller = select.poll()
+        self._poller.register(conn.fileno(), select.POLLIN)
 
     def send(self, message: tuple[Any, ...]) -> None:
         self._conn.send_bytes(wire.encode(message))
@@ -144,11 +151,12 @@ class _Core:
     def _read_commands(self, timeout: float | None) -> bool:
         """Apply every command waiting; block up to `timeout` (None: forever) for the first."""
         conn = self._conn
-        if not conn.poll(timeout):
+        waiting = self._poller.poll(0) if timeout == 0.0 else conn.poll(timeout)
+        if not waiting:
             return False
-        while True:
+        while True:  # a hang-up or error also reads as ready: recv_bytes then raises EOFError
             self._apply(wire.decode(conn.recv_bytes()))
-            if self._stopping or not conn.poll(0):
+            if self._stopping or not self._poller.poll(0):
                 return True
 
     def _apply(self, message: tuple[Any, ...]) -> None:
