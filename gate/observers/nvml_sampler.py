@@ -312,6 +312,14 @@ class NvmlSampler(PeriodicObserver):
             return None
         try:
             return fn(*args)
+        except getattr(self._nvml, "NVMLLibraryMismatchError", ()) as exc:
+            # nvidia-ml-py raises this, not an NVMLError, when the driver's NVML library lacks
+            # the function version it wraps (e.g. the _v3 process list on an older driver): the
+            # field can never be read from this driver, so it is left out like an unsupported one
+            # instead of ending every sample.
+            dev.unsupported.add(field)
+            self.summary.add_note(f"device {dev.index}: this driver's NVML lacks {field} ({exc})")
+            return None
         except self._nvml.NVMLError as exc:
             if getattr(exc, "value", None) == getattr(self._nvml, "NVML_ERROR_NOT_SUPPORTED", 3):
                 dev.unsupported.add(field)

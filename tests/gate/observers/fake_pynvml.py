@@ -2,7 +2,8 @@
 
 Each device has a current memory reading the test sets, a list of compute processes, and an
 accounting-mode lifetime maximum per PID that, like the driver's, keeps spikes the instantaneous
-reading no longer shows. Any function can be made to raise an NVMLError code.
+reading no longer shows. Any function can be made to raise an NVMLError code, or to be missing
+from the driver's library (nvidia-ml-py then raises NVMLLibraryMismatchError, not an NVMLError).
 """
 
 from __future__ import annotations
@@ -15,6 +16,10 @@ NVML_FEATURE_ENABLED = 1
 NVML_ERROR_NOT_SUPPORTED = 3
 NVML_ERROR_NOT_FOUND = 6
 NVML_ERROR_LIBRARY_NOT_FOUND = 12
+
+
+class NVMLLibraryMismatchError(Exception):  # like nvidia-ml-py's: not an NVMLError
+    pass
 
 
 class NVMLError(Exception):
@@ -58,6 +63,7 @@ class FakeDevice:
     # pid -> lifetime max, updated by set_process_memory like the driver's accounting buffer.
     max_by_pid: dict[int, int] = dataclasses.field(default_factory=dict)
     errors: dict[str, int] = dataclasses.field(default_factory=dict)  # function -> error code
+    missing: set[str] = dataclasses.field(default_factory=set)  # not in the driver's library
 
     def set_process_memory(self, pid: int, used: int) -> None:
         self.processes[pid] = used
@@ -68,6 +74,7 @@ class FakeNVML:
     """Module-like object: pass as `nvml=` to the sampler."""
 
     NVMLError = NVMLError
+    NVMLLibraryMismatchError = NVMLLibraryMismatchError
     NVML_FEATURE_ENABLED = NVML_FEATURE_ENABLED
     NVML_ERROR_NOT_SUPPORTED = NVML_ERROR_NOT_SUPPORTED
 
@@ -82,6 +89,12 @@ class FakeNVML:
         dev = self.devices[handle]
         if name in dev.errors:
             raise NVMLError(dev.errors[name])
+        if name in dev.missing:  # the wording of nvidia-ml-py's throwOnVersionMismatch
+            raise NVMLLibraryMismatchError(
+                "Unversioned function called and the pyNVML version does not match the NVML lib "
+                f"version. Either use matching pyNVML and NVML lib versions or use a versioned "
+                f"function such as {name}_v2"
+            )
         return dev
 
     def nvmlInit(self) -> None:

@@ -119,6 +119,23 @@ def test_unsupported_field_is_null_noted_and_not_asked_again(tmp_path):
     assert any("does not support power" in n for n in summary.notes)
 
 
+def test_a_function_missing_from_the_drivers_library_is_left_out_and_noted(tmp_path):
+    # nvidia-ml-py wraps the process list in throwOnVersionMismatch: on a driver without the
+    # function it raises NVMLLibraryMismatchError, which is not an NVMLError.
+    dev = FakeDevice(missing={"nvmlDeviceGetComputeRunningProcesses"})
+    dev.set_process_memory(os.getpid(), 256 * MiB)
+    nvml = FakeNVML([dev])
+    sampler = make_sampler(tmp_path, nvml, pid=os.getpid())
+    sampler.setup()
+    records = [sampler.sample_once()[0] for _ in range(3)]
+    summary = sampler.stop()
+    assert all(r["memory_used_bytes"] == dev.used_bytes for r in records)
+    assert all(r["process_memory_bytes"] is None for r in records)
+    assert nvml.calls["nvmlDeviceGetComputeRunningProcesses"] == 1
+    assert summary.errors == 0
+    assert any("NVML lacks processes" in n for n in summary.notes)
+
+
 def test_other_nvml_errors_are_counted_not_raised(tmp_path):
     dev = FakeDevice(errors={"nvmlDeviceGetMemoryInfo": 999})
     sampler = make_sampler(tmp_path, FakeNVML([dev]))
