@@ -78,6 +78,8 @@ PEAK_BANDWIDTH: tuple[tuple[frozenset[str], float, str], ...] = (
 def peak_bandwidth(device_name: str) -> tuple[float | None, str]:
     """(bytes per second, which spec row) or (None, why there is no figure)."""
     tokens = set(re.split(r"[^A-Z0-9]+", device_name.upper()))
+    if "MIG" in tokens:  # e.g. "NVIDIA H200 MIG 3g.71gb": the whole GPU's figure would flatter it
+        return None, f"{device_name!r} is a MIG slice: no spec sheet gives its share of bandwidth"
     for required, bytes_per_second, label in PEAK_BANDWIDTH:
         if required <= tokens:
             return bytes_per_second, label

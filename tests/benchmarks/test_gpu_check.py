@@ -57,6 +57,13 @@ def test_an_unknown_or_ambiguous_device_gets_no_bandwidth_and_a_reason(name):
     assert "not in the spec table" in reason and repr(name) in reason
 
 
+@pytest.mark.parametrize("name", ["NVIDIA H200 MIG 3g.71gb", "NVIDIA A100-SXM4-80GB MIG 1g.10gb"])
+def test_a_mig_slice_gets_no_bandwidth_not_its_whole_gpus(name):
+    value, reason = gpu_check.peak_bandwidth(name)
+    assert value is None
+    assert "MIG slice" in reason and repr(name) in reason
+
+
 def test_decode_bytes_are_every_weight_plus_every_context_tokens_kv():
     config = get_preset("1b")
     # 2 bytes (bf16): weights once, K and V of 22 layers x 4 kv heads x 64 dims per token.
