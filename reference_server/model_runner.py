@@ -202,6 +202,9 @@ class ModelRunner:
             return explicit_bytes
         if self.device == "cpu":
             return DEFAULT_CPU_KV_CACHE_BYTES
+        # The model was drawn in fp32 on the device and then cast: the caching allocator still
+        # holds the fp32 copies' memory, which the driver counts as used but the pool may take.
+        torch.cuda.empty_cache()
         free_bytes, _total_bytes = torch.cuda.mem_get_info()
         # Leave room for one full step's activations (MLP, logits, attention scores).
         activation_bytes = step_activation_bytes(
@@ -285,6 +288,11 @@ class ModelRunner:
         hidden = self.model(input_ids.to(device), self.kv_cache.kv_layers, metadata)
         results: list[int | None] = [None] * len(chunks)
         if not sample_rows:
+            # Nothing is read back, so on CUDA nothing has waited for the device yet: the step's
+            # forward time would be the kernels' launch only, and their run charged to the next
+            # step (a step of prefill chunks only: a long prompt alone, the static policy).
+            if hidden.is_cuda:
+                torch.cuda.synchronize(hidden.device)
             return results
         rows = torch.tensor(sample_rows, dtype=torch.int64, device=device)
         logits = self.model.compute_logits(hidden[rows])  # (rows, vocab) float32

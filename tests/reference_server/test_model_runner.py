@@ -248,6 +248,21 @@ def test_cuda_runner_uses_bf16_and_generates_alone_and_batched() -> None:
     assert gpu.memory_stats()["device_memory_allocated_bytes"] > 0
 
 
+@pytest.mark.gpu
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA")
+def test_a_cuda_step_that_samples_nothing_returns_only_when_the_device_is_done() -> None:
+    # Step timing (forward_seconds) is taken around execute(): it must include the device's
+    # work even when no token is read back. A ~50 ms device sleep queued first makes a return
+    # before the device is done visible on any GPU, however fast its own kernels are.
+    gpu = ModelRunner(device="cuda", block_size=16, kv_cache_memory_bytes=64 << 20)
+    seq = _seq("p", _prompt(40, 3))
+    seq.block_table = [0, 1, 2]
+    torch.cuda.synchronize()
+    torch.cuda._sleep(100_000_000)  # GPU clock cycles, on the current stream
+    assert gpu.execute([ScheduledChunk(seq, 32, False)]) == [None]
+    assert torch.cuda.current_stream().query(), "execute returned with device work pending"
+
+
 @pytest.mark.skipif(torch.cuda.is_available(), reason="CUDA is available here")
 def test_auto_device_without_cuda_is_cpu_in_fp32() -> None:
     auto = ModelRunner(device="auto", kv_cache_memory_bytes=1 << 20)
