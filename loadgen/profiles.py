@@ -63,7 +63,8 @@ COMMON_DEFAULTS: dict[str, Any] = {
 
 @dataclass(frozen=True, kw_only=True)
 class TrafficClass:
-    """One kind of request in a profile's mix, chosen per request with probability `weight`."""
+    """One kind of request in a profile's mix, `weight` its share of the requests (dealt in
+    shuffled decks that hold the shares: loadgen/plan.py)."""
 
     weight: float
     priority: str
