@@ -35,9 +35,20 @@ def apply_override(params: dict[str, Any], key: str, value: Any) -> None:
     params[head] = _coerce(head, params[head], value)
 
 
+# The parameters whose default is null ("not set"), each with a value of the type it takes.
+_NULLABLE: dict[str, Any] = {"duration_seconds": 0.0, "rate_rps": 0.0, "dataset": ""}
+
+
 def _coerce(key: str, default: Any, value: Any) -> Any:
-    if default is None or value is None:
-        return value
+    if value is None:
+        if default is None:
+            return value
+        # Only a parameter whose default is null may be unset: the others mean nothing without one.
+        raise ConfigError(f"profile parameter {key!r} cannot be null (its default: {default!r})")
+    if default is None:
+        if key not in _NULLABLE:
+            return value
+        default = _NULLABLE[key]  # checked like a set default of its type, below
     if isinstance(default, bool):
         if not isinstance(value, bool):
             raise ConfigError(f"profile parameter {key!r} must be true/false, got {value!r}")

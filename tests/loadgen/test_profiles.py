@@ -40,6 +40,31 @@ def test_wrong_types_and_values_are_config_errors() -> None:
         resolve("steady", {}, "huge")
 
 
+@pytest.mark.parametrize(
+    ("overrides", "message"),
+    [
+        ({"long_share": None}, "'long_share' cannot be null"),
+        ({"seed": None}, "'seed' cannot be null"),
+        ({"main_seconds": None}, "'main_seconds' cannot be null"),
+        ({"rate_rps": "abc"}, "'rate_rps' must be a number"),
+        ({"rate_rps": True}, "'rate_rps' must be a number"),
+        ({"duration_seconds": [1]}, "'duration_seconds' must be a number"),
+        ({"dataset": 3}, "'dataset' must be a string"),
+    ],
+)
+def test_null_and_wrong_types_for_any_parameter_are_config_errors(overrides, message) -> None:
+    # Before, a null for a parameter with a value, or a non-number for one whose default is
+    # null, got through to a TypeError or ValueError traceback.
+    with pytest.raises(ConfigError, match=message):
+        resolve("mixed_lengths", overrides, "full")
+
+
+def test_the_parameters_whose_default_is_null_take_null_or_their_type() -> None:
+    spec = resolve("steady", {"rate_rps": None, "duration_seconds": 30, "dataset": None}, "full")
+    assert spec.params["rate_rps"] is None and spec.params["duration_seconds"] == 30.0
+    assert resolve("steady", {"rate_rps": 5}, "full").params["rate_rps"] == 5.0
+
+
 def test_dotted_override_reaches_into_length_distributions() -> None:
     spec = resolve("mixed_lengths", {"long_output_tokens.low": 300, "long_share": 0.5}, "full")
     long_class = next(c for c in spec.classes if c.length_class == "long")
