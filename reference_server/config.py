@@ -139,6 +139,11 @@ class BatchingConfig:
     # prefill when a prompt is waiting, so a long prompt's wait stays bounded whatever the target.
     slo_target_ms: float = 50.0
     slo_min_prefill_tokens: int = 32
+    # Automatic prefix caching (vLLM's, on by default as there): a request's leading full KV
+    # blocks already computed for an earlier one are shared instead of prefilled again. Off live:
+    # the cache is dropped at once (its free blocks become plain free blocks); on again: it starts
+    # empty.
+    enable_prefix_caching: bool = True
     interactive: ClassConfig = field(default_factory=ClassConfig)
     batch: ClassConfig = field(default_factory=_batch_class_default)
 
@@ -158,8 +163,9 @@ class BatchingConfig:
         _int("max_num_batched_tokens", self.max_num_batched_tokens, minimum=1)
         _int("max_prefill_chunk_tokens", self.max_prefill_chunk_tokens, minimum=1)
         _int("max_starvation_steps", self.max_starvation_steps, minimum=1)
-        if not isinstance(self.shared_queue, bool):
-            raise ConfigError("shared_queue", f"must be a boolean, got {self.shared_queue!r}")
+        for name in ("shared_queue", "enable_prefix_caching"):
+            if not isinstance(getattr(self, name), bool):
+                raise ConfigError(name, f"must be a boolean, got {getattr(self, name)!r}")
         for name in ("interactive", "batch"):
             if not isinstance(getattr(self, name), ClassConfig):
                 raise ConfigError(name, "must be a ClassConfig")

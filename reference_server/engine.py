@@ -263,9 +263,15 @@ class Engine:
         if scheduled.is_empty:
             return StepResult(outputs, None)
         stats = self._stats
+        caching = self._config.batching.enable_prefix_caching
         for seq in scheduled.admitted:
             if seq.num_preemptions == 0:
                 stats.num_prompt_tokens_total += seq.num_prompt_tokens
+                if caching:
+                    # Once per request, at its first admission: a re-admission's lookup of its
+                    # own blocks would inflate the hit ratio (vLLM counts those apart too).
+                    stats.num_prefix_cache_queries_total += seq.num_prompt_tokens
+                    stats.num_prefix_cache_hits_total += seq.num_cached_tokens
         slo = self._config.batching.policy == "slo"
         # Features are read before num_computed_tokens advances (the cost model's input).
         features = step_features(scheduled.chunks) if slo else None
@@ -325,6 +331,7 @@ class Engine:
             num_running=dict(self.scheduler.num_running_by_class),
             token_budget=self.scheduler.slo_token_budget if slo else None,
             predicted_seconds=None if predicted_ms is None else predicted_ms / 1000.0,
+            num_cached_tokens=scheduled.num_cached_tokens,
         )
         self.step_log.append(record)
         return StepResult(outputs, record)
@@ -339,7 +346,8 @@ class Engine:
         for chunk in chunks:
             seq = chunk.seq
             if seq.request_id in self._seqs:
-                self.scheduler.remove(seq)
+                # Blocks registered for this step hold no valid KV: they must not be hit.
+                self.scheduler.remove(seq, discard_cached=True)
                 self._finish(seq, "abort", [])
                 failures.append((seq.request_id, error))
         return failures
@@ -376,6 +384,7 @@ class Engine:
                 seq.first_scheduled_time,
                 seq.first_token_time,
                 seq.num_preemptions,
+                seq.num_cached_tokens,
             )
         seq.finish_reason = reason  # the scheduler drops it after this step
         return self._finish(seq, reason, [token], text, flush=not stopped)
@@ -418,6 +427,7 @@ class Engine:
             num_running_by_class=dict(self.scheduler.num_running_by_class),
             num_waiting_by_class=dict(self.scheduler.num_waiting_by_class),
             num_kv_blocks_used=bm.num_blocks_used,
+            num_kv_blocks_cached=bm.num_blocks_cached,
             num_kv_blocks_total=bm.num_blocks_total,
             num_kv_tokens_total=bm.num_blocks_total * bm.block_size,
             num_kv_blocks_peak=bm.num_blocks_peak,

@@ -39,6 +39,9 @@ class RequestOutput:
     first_scheduled_time: float | None
     first_token_time: float | None
     num_preemptions: int = 0
+    # Prompt tokens whose KV was found in the prefix cache at the first admission (OpenAI's
+    # usage.prompt_tokens_details.cached_tokens); 0 with caching off.
+    num_cached_tokens: int = 0
 
 
 @dataclass(slots=True)
@@ -59,7 +62,11 @@ class EngineStats:
     num_preemptions_total: int = 0
     num_recomputed_tokens_total: int = 0
     num_prompt_tokens_total: int = 0
-    num_prefill_tokens_total: int = 0  # includes recomputed tokens
+    num_prefill_tokens_total: int = 0  # includes recomputed tokens; excludes cached ones
+    # Prefix caching, in tokens (vLLM's meaning): prompt tokens looked up at a request's first
+    # admission while caching is on, and those found cached.
+    num_prefix_cache_queries_total: int = 0
+    num_prefix_cache_hits_total: int = 0
     num_generation_tokens_total: int = 0
     num_finished_total_by_reason: dict[str, int] = field(
         default_factory=lambda: dict.fromkeys(FINISH_REASONS, 0)
@@ -69,7 +76,8 @@ class EngineStats:
     num_steps_total: int = 0
     num_running_by_class: dict[str, int] = field(default_factory=dict)
     num_waiting_by_class: dict[str, int] = field(default_factory=dict)
-    num_kv_blocks_used: int = 0
+    num_kv_blocks_used: int = 0  # referenced by live sequences
+    num_kv_blocks_cached: int = 0  # free, holding a cached prefix (evictable)
     num_kv_blocks_total: int = 0
     num_kv_tokens_total: int = 0  # blocks * block_size: the pool's capacity in tokens
     num_kv_blocks_peak: int = 0

@@ -1,9 +1,9 @@
 """The scheduler: which sequences run in the next step and how many tokens each computes.
 
 It owns the per-class waiting queues, the running list, batch membership (dynamic / static),
-admission order (interactive first, with the anti-starvation rule) and preemption by recompute.
-It counts blocks through the BlockManager; it never touches tensors, samples, or checks stop
-conditions (the engine does).
+admission order (interactive first, with the anti-starvation rule), preemption by recompute, and
+at admission how much of a prompt the prefix cache already holds. It counts blocks through the
+BlockManager; it never touches tensors, samples, or checks stop conditions (the engine does).
 """
 
 from __future__ import annotations
@@ -33,7 +33,10 @@ class SchedulerOutput:
     num_prefill_tokens: int = 0
     num_decode_tokens: int = 0
     num_preemptions: int = 0
+    # Counted when a preempted sequence is re-admitted: what it had computed, less what it
+    # finds still cached, is computed again.
     num_recomputed_tokens: int = 0
+    num_cached_tokens: int = 0  # tokens admitted sequences found cached (prefill skipped)
     preempted: list[Sequence] = field(default_factory=list)
     admitted: list[Sequence] = field(default_factory=list)
     num_preempted_decodes: int = 0
@@ -47,6 +50,7 @@ class Scheduler:
     def __init__(self, config: BatchingConfig, block_manager: BlockManager) -> None:
         self._config = config
         self._block_manager = block_manager
+        block_manager.set_prefix_caching(config.enable_prefix_caching)
         self._queues: dict[str, deque[Sequence]] = {name: deque() for name in PRIORITY_CLASSES}
         self._running: list[Sequence] = []  # sorted by Sequence.sort_key
         self.num_waiting_by_class = dict.fromkeys(PRIORITY_CLASSES, 0)
@@ -74,6 +78,8 @@ class Scheduler:
         a smaller max_num_seqs only stops admissions until the running set shrinks."""
         old = self._config
         self._config = config
+        if config.enable_prefix_caching != old.enable_prefix_caching:
+            self._block_manager.set_prefix_caching(config.enable_prefix_caching)
         if config.shared_queue != old.shared_queue:
             self._regroup_queues(config.shared_queue)
         if config.policy != old.policy:
@@ -144,15 +150,16 @@ class Scheduler:
         )
         return min(cap, cfg.max_num_seqs) if active else cfg.max_num_seqs
 
-    def remove(self, seq: Sequence) -> None:
-        """Take `seq` out (finished, aborted, deadline) and free its blocks at once."""
+    def remove(self, seq: Sequence, *, discard_cached: bool = False) -> None:
+        """Take `seq` out (finished, aborted, deadline, failed) and free its blocks at once;
+        `discard_cached` when its KV may be half written (BlockManager.free)."""
         if seq.status is SequenceStatus.RUNNING:
             self._running.remove(seq)
             self.num_running_by_class[seq.priority] -= 1
         elif seq.status is SequenceStatus.WAITING:
             self._queue_of(seq).remove(seq)
             self.num_waiting_by_class[seq.priority] -= 1
-        self._block_manager.free(seq)
+        self._block_manager.free(seq, discard_cached=discard_cached)
         seq.status = SequenceStatus.FINISHED
         seq.decode_chunk = None
         if self._batch_members_left and seq.batch_id == self._batch_id:
@@ -331,7 +338,9 @@ class Scheduler:
                         model.planned_features(decode_rows, decode_context, 0, 0)
                     )
                 return self.slo_token_budget
-            prefill_start = heads[0].num_computed_tokens
+            # Its prefill starts after what it will find cached (more context per token).
+            cached = self._block_manager.find_cached_prefix(heads[0])
+            prefill_start = len(cached) * self._block_manager.block_size
         room = ceiling - decode_rows
         floor = min(cfg.slo_min_prefill_tokens, room)
         if not model.ready:
@@ -371,7 +380,7 @@ class Scheduler:
         self.num_running_by_class[seq.priority] -= 1
         self._block_manager.free(seq)
         out.num_preemptions += 1
-        out.num_recomputed_tokens += seq.num_computed_tokens
+        seq.num_lost_tokens = seq.num_computed_tokens
         out.preempted.append(seq)
         if seq.num_uncomputed_tokens == 1:
             out.num_preempted_decodes += 1
@@ -384,6 +393,7 @@ class Scheduler:
     def _admit(self, now: float, budget: int, out: SchedulerOutput) -> int:
         cfg = self._config
         bm = self._block_manager
+        block_size = bm.block_size
         batch_policy = cfg.policy not in ITERATION_POLICIES
         for name in self._admission_order():
             queue = self._queues[name]
@@ -396,8 +406,12 @@ class Scheduler:
                 seq = queue[0]
                 if batch_policy and seq.batch_id != self._batch_id:
                     break
-                num_new = min(seq.num_uncomputed_tokens, cfg.max_prefill_chunk_tokens, budget)
-                if not bm.can_allocate(seq, num_new):
+                cached_blocks = bm.find_cached_prefix(seq)  # [] with caching off
+                num_cached = len(cached_blocks) * block_size
+                num_new = min(
+                    seq.num_uncomputed_tokens - num_cached, cfg.max_prefill_chunk_tokens, budget
+                )
+                if not bm.can_allocate(seq, num_new, cached_blocks):
                     return budget  # hold admission: nothing may overtake the head
                 queue.popleft()
                 self.num_waiting_by_class[seq.priority] -= 1
@@ -407,7 +421,15 @@ class Scheduler:
                 if seq.first_scheduled_time is None:
                     seq.first_scheduled_time = now
                 bisect.insort(self._running, seq, key=_sort_key)
-                bm.allocate(seq, num_new)
+                bm.allocate(seq, num_new, cached_blocks)
+                # The shared blocks' KV is already there: their prefill is skipped.
+                seq.num_computed_tokens = num_cached
+                out.num_cached_tokens += num_cached
+                if seq.num_preemptions == 0:
+                    seq.num_cached_tokens = num_cached
+                else:
+                    out.num_recomputed_tokens += max(0, seq.num_lost_tokens - num_cached)
+                    seq.num_lost_tokens = 0
                 out.admitted.append(seq)
                 self._emit(seq, num_new, out)
                 budget -= num_new

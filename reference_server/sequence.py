@@ -2,8 +2,9 @@
 hands the model runner (ScheduledChunk).
 
 It does not know how blocks are chosen or when a sequence runs; the block manager fills
-`block_table`, the scheduler moves `status`, the engine advances `num_computed_tokens` and appends
-sampled tokens, and the allowed-token mask (`logits_mask.py`) keeps `utf8_state`.
+`block_table`, `block_hashes` and `num_registered_blocks`, the scheduler moves `status` (and, at
+admission, counts a cached prefix as computed), the engine advances `num_computed_tokens` and
+appends sampled tokens, and the allowed-token mask (`logits_mask.py`) keeps `utf8_state`.
 """
 
 from __future__ import annotations
@@ -34,6 +35,7 @@ class Sequence:
     __slots__ = (
         "arrival_time",
         "batch_id",
+        "block_hashes",
         "block_table",
         "class_rank",
         "deadline_time",
@@ -41,8 +43,11 @@ class Sequence:
         "finish_reason",
         "first_scheduled_time",
         "first_token_time",
+        "num_cached_tokens",
         "num_computed_tokens",
+        "num_lost_tokens",
         "num_preemptions",
+        "num_registered_blocks",
         "num_utf8_tokens",
         "order",
         "output_token_ids",
@@ -81,6 +86,16 @@ class Sequence:
         self.deadline_time = None if deadline is None else arrival_time + deadline
         self.num_computed_tokens = 0
         self.block_table: list[int] = []
+        # Prefix caching: the chained hash of each leading full block of the tokens (computed
+        # lazily; kept across preemption, the tokens never change), and how many leading blocks
+        # of block_table are registered in the cache or were shared from it.
+        self.block_hashes: list[bytes] = []
+        self.num_registered_blocks = 0
+        # Prompt tokens found cached at the first admission (usage.prompt_tokens_details).
+        self.num_cached_tokens = 0
+        # Tokens computed before the last preemption: on re-admission, those not found cached
+        # are counted as recomputed.
+        self.num_lost_tokens = 0
         self.status = SequenceStatus.WAITING
         self.batch_id: int | None = None
         # Tokens below this index were part of the (re)admitted prompt: computing them counts as
@@ -166,4 +181,5 @@ def request_output(
         first_scheduled_time=seq.first_scheduled_time,
         first_token_time=seq.first_token_time,
         num_preemptions=seq.num_preemptions,
+        num_cached_tokens=seq.num_cached_tokens,
     )

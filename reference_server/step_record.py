@@ -36,6 +36,9 @@ class StepRecord:
     # duration (None under the other policies, and while the model is still learning).
     token_budget: int | None = None
     predicted_seconds: float | None = None
+    # Tokens the sequences admitted in this step found in the prefix cache: their prefill was
+    # skipped (not in num_prefill_tokens). Re-admissions after preemption included.
+    num_cached_tokens: int = 0
 
     def to_dict(self) -> dict[str, Any]:
         # Built by hand: dataclasses.asdict deep-copies recursively and costs ~10x more per step.

@@ -68,6 +68,9 @@ ENGINE_FIELD_HELP: dict[str, str] = {
     "sized to, in milliseconds",
     "batching.slo_min_prefill_tokens": "slo policy: prefill tokens a step always gets when a "
     "prompt waits (no starvation of long prompts), in tokens",
+    "batching.enable_prefix_caching": "automatic prefix caching: share the KV of a prompt's "
+    "leading full blocks already computed for an earlier request instead of prefilling them "
+    "again (vLLM's design and default)",
     "batching.batch_api_priority": "priority class of Batch API job lines: batch (default) or "
     "interactive (jobs on the chat path, a deliberately bad setting)",
 }

@@ -119,15 +119,18 @@ class RequestTimer:
         )
 
 
-def _usage(output: Any) -> dict[str, int]:
-    return _usage_of(output.num_prompt_tokens, output.num_output_tokens)
+def _usage(output: Any) -> dict[str, Any]:
+    return _usage_of(output.num_prompt_tokens, output.num_output_tokens, output.num_cached_tokens)
 
 
-def _usage_of(prompt_tokens: int, completion_tokens: int) -> dict[str, int]:
+def _usage_of(prompt_tokens: int, completion_tokens: int, cached_tokens: int) -> dict[str, Any]:
+    # prompt_tokens_details is always there (0 when nothing was cached or caching is off), so a
+    # client reads one shape whatever the server's settings (docs/server.md).
     return {
         "prompt_tokens": prompt_tokens,
         "completion_tokens": completion_tokens,
         "total_tokens": prompt_tokens + completion_tokens,
+        "prompt_tokens_details": {"cached_tokens": cached_tokens},
     }
 
 
@@ -151,7 +154,7 @@ class ResponseShapes:
         self._chunk_object = "chat.completion.chunk" if self.chat else "text_completion"
         self._content_frame: tuple[bytes, bytes] | None = None
 
-    def chunk(self, choice: dict[str, Any], usage: dict[str, int] | None = None) -> bytes:
+    def chunk(self, choice: dict[str, Any], usage: dict[str, Any] | None = None) -> bytes:
         body: dict[str, Any] = {
             "id": self.request_id,
             "object": self._chunk_object,
@@ -163,12 +166,15 @@ class ResponseShapes:
             body["usage"] = usage
         return sse_event(body)
 
-    def _running_usage(self, output: Any) -> dict[str, int] | None:
-        """The cumulative usage a chunk carries: only with continuous usage stats."""
+    def _running_usage(self, output: Any, *, started: bool = True) -> dict[str, Any] | None:
+        """The cumulative usage a chunk carries: only with continuous usage stats. `started`
+        False: before any output token (the role chunk), whatever `output` holds."""
         if not self.continuous_usage:
             return None
         if output is None:
-            return _usage_of(self._num_prompt_tokens, 0)
+            return _usage_of(self._num_prompt_tokens, 0, 0)
+        if not started:
+            return _usage_of(output.num_prompt_tokens, 0, output.num_cached_tokens)
         return _usage(output)
 
     def content_chunk(self, text: str, output: Any = None) -> bytes:
@@ -193,10 +199,12 @@ class ResponseShapes:
         before, after = self._content_frame
         return before + orjson.dumps(text) + after
 
-    def role_chunk(self) -> bytes:
+    def role_chunk(self, output: Any = None) -> bytes:
+        """`output`: the request's first output, whose cached-token count the chunk's running
+        usage (if any) already carries."""
         delta = {"role": "assistant", "content": ""}
         choice = {"index": 0, "delta": delta, "finish_reason": None, "logprobs": None}
-        return self.chunk(choice, self._running_usage(None))
+        return self.chunk(choice, self._running_usage(output, started=False))
 
     def finish_chunk(self, reason: str | None, output: Any = None) -> bytes:
         if self.chat:
@@ -374,7 +382,7 @@ async def _events(
 ) -> AsyncIterator[bytes]:
     try:
         # Chat's role chunk leaves in the same write as the first text when that is ready.
-        pending = shapes.role_chunk() if shapes.chat else b""
+        pending = shapes.role_chunk(output) if shapes.chat else b""
         if pending and not output.new_text:
             yield pending
             pending = b""

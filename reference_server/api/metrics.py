@@ -236,6 +236,16 @@ class _EngineCollector:
         yield _counter(
             "generation_tokens", "Output tokens generated.", stats.num_generation_tokens_total
         )
+        yield _counter(
+            "prefix_cache_queries",
+            "Prompt tokens looked up in the prefix cache (each request once, at first admission).",
+            stats.num_prefix_cache_queries_total,
+        )
+        yield _counter(
+            "prefix_cache_hits",
+            "Prompt tokens found in the prefix cache (their prefill skipped).",
+            stats.num_prefix_cache_hits_total,
+        )
         finished = CounterMetricFamily(
             PREFIX + "requests_finished",
             "Requests finished, by finish reason.",
@@ -270,7 +280,16 @@ class _EngineCollector:
             "Requests queued, not yet admitted.",
             stats.num_waiting_by_class,
         )
-        yield _gauge("kv_blocks_used", "KV cache blocks in use.", stats.num_kv_blocks_used)
+        yield _gauge(
+            "kv_blocks_used",
+            "KV cache blocks referenced by requests (cached free blocks excluded).",
+            stats.num_kv_blocks_used,
+        )
+        yield _gauge(
+            "kv_blocks_cached",
+            "Free KV cache blocks holding a cached prefix (evictable; not in use).",
+            stats.num_kv_blocks_cached,
+        )
         yield _gauge(
             "kv_blocks_capacity",
             "KV cache blocks in the pool (capacity).",
@@ -281,7 +300,11 @@ class _EngineCollector:
             "KV cache capacity in tokens (blocks * block size).",
             stats.num_kv_tokens_total,
         )
-        yield _gauge("kv_usage_ratio", "KV blocks used / total (0..1).", stats.kv_usage_ratio)
+        yield _gauge(
+            "kv_usage_ratio",
+            "KV blocks referenced by requests / total (0..1); cached free blocks count as free.",
+            stats.kv_usage_ratio,
+        )
         yield _gauge(
             "kv_usage_peak_ratio",
             "Highest KV usage ratio since start (0..1).",

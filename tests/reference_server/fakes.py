@@ -1,9 +1,11 @@
 """A fake model runner for engine and scheduler tests: deterministic, torch-free, and strict.
 
 It checks every ScheduledChunk against the contract (block table covers the chunk, `sample` set
-exactly when the chunk ends at the sequence's end, no block shared between sequences) and keeps a
-fake KV cache keyed by physical slot, so a token depends on what the block table really points
-at: a corrupted table changes the output, just as it would with a real model.
+exactly when the chunk ends at the sequence's end, no block written by two sequences in one step,
+and every position a sequence counts as computed holds its token once the step's writes are
+done: what prefix caching's shared blocks must guarantee) and keeps a fake KV cache keyed by
+physical slot, so a token depends on what the block table really points at: a corrupted table
+changes the output, just as it would with a real model.
 """
 
 from __future__ import annotations
@@ -43,7 +45,7 @@ class FakeRunner:
     def execute(self, chunks: SequenceOf[ScheduledChunk]) -> list[int | None]:
         if self.fail_on_call is not None and len(self.calls) >= self.fail_on_call:
             raise RuntimeError("fake runner failure (injected)")
-        owner: dict[int, str] = {}
+        writers: dict[int, str] = {}
         call: list[tuple[str, int, int, bool]] = []
         for chunk in chunks:
             seq = chunk.seq
@@ -55,18 +57,29 @@ class FakeRunner:
             assert len(seq.block_table) * self.block_size >= end, (seq, seq.block_table)
             for block in seq.block_table:
                 assert 0 <= block < self.num_kv_blocks, block
-                assert owner.setdefault(block, seq.request_id) == seq.request_id, (
-                    f"block {block} shared by {owner[block]} and {seq.request_id}"
+            for position in range(start, end):
+                block = seq.block_table[position // self.block_size]
+                assert writers.setdefault(block, seq.request_id) == seq.request_id, (
+                    f"block {block} written by {writers[block]} and {seq.request_id}"
                 )
             call.append((seq.request_id, start, chunk.num_new_tokens, chunk.sample))
+        # Every chunk's K/V is written before any is read, as the model runner does layer by
+        # layer: a sequence may share a block another one fills in the same step.
+        for chunk in chunks:
+            seq = chunk.seq
+            start = seq.num_computed_tokens
+            ids = seq.all_token_ids()
+            for position in range(start, start + chunk.num_new_tokens):
+                self._kv[self._slot(seq.block_table, position)] = ids[position]
         tokens: list[int | None] = []
         for chunk in chunks:
             seq = chunk.seq
             start = seq.num_computed_tokens
             end = start + chunk.num_new_tokens
             ids = seq.all_token_ids()
-            for position in range(start, end):
-                self._kv[self._slot(seq.block_table, position)] = ids[position]
+            for position in range(start):  # computed before (or found cached): must be there
+                slot = self._slot(seq.block_table, position)
+                assert self._kv.get(slot) == ids[position], (seq, position, slot)
             if not chunk.sample:
                 tokens.append(None)
                 continue

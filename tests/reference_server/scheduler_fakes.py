@@ -1,7 +1,11 @@
 """A Scheduler with its BlockManager and a fake engine loop, for scheduler tests that need no
 model runner and no clock: time is a number the test passes in, and a "step" applies the
 scheduled chunks exactly as Engine.step does (computed tokens advance, sampling chunks append one
-token, a sequence finishes at its max_tokens)."""
+token, a sequence finishes at its max_tokens).
+
+Prefix caching is off unless a test passes `enable_prefix_caching=True`: every prompt here is
+1..n, so with it on any two requests would share blocks and the arithmetic of tests about
+something else would change (test_scheduler_prefix_cache.py is where caching is tested)."""
 
 from __future__ import annotations
 
@@ -16,6 +20,7 @@ GENERATED_TOKEN = 7
 
 class FakeEngineLoop:
     def __init__(self, *, num_blocks: int = 64, block_size: int = 4, **batching: object) -> None:
+        batching.setdefault("enable_prefix_caching", False)
         self.block_manager = BlockManager(num_blocks=num_blocks, block_size=block_size)
         self.scheduler = Scheduler(BatchingConfig.from_dict(batching), self.block_manager)
         self.seqs: dict[str, Sequence] = {}
@@ -30,11 +35,13 @@ class FakeEngineLoop:
         max_tokens: int = 2,
         priority: str = "interactive",
         arrival_time: float = 0.0,
+        prompt: list[int] | None = None,
     ) -> Sequence:
+        """`prompt` (token ids) wins over `prompt_len` (a prompt of 1..prompt_len)."""
         self._order += 1
         seq = Sequence(
             request_id,
-            list(range(1, 1 + prompt_len)),
+            list(range(1, 1 + prompt_len)) if prompt is None else list(prompt),
             SamplingParams(max_tokens=max_tokens),
             priority=priority,
             arrival_time=arrival_time,

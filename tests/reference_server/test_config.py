@@ -14,6 +14,7 @@ def test_defaults_are_valid_and_round_trip_through_dicts():
     assert config.batching.policy == "continuous"
     assert config.batching.interactive.max_waiting > 0
     assert not config.batching.shared_queue
+    assert config.batching.enable_prefix_caching is True  # vLLM's default
     assert EngineConfig.from_dict(config.to_dict()) == config
     custom = EngineConfig.from_dict(
         {"seed": 3, "batching": {"policy": "static", "batch": {"max_batch_size": 4}}}
@@ -51,6 +52,8 @@ def test_defaults_are_valid_and_round_trip_through_dicts():
         ({"batching": {"batch": {"max_wait_ms": float("nan")}}}, "batching.batch.max_wait_ms"),
         ({"batching": {"batch": {"colour": 1}}}, "batching.batch.colour"),
         ({"batching": {"interactive": 5}}, "batching.interactive"),
+        ({"batching": {"enable_prefix_caching": "yes"}}, "batching.enable_prefix_caching"),
+        ({"batching": {"enable_prefix_caching": 0}}, "batching.enable_prefix_caching"),
     ],
 )
 def test_bad_values_raise_config_error_naming_the_dotted_field(data, field):

@@ -27,7 +27,7 @@ def _params(max_tokens: int = 4, **kwargs) -> SamplingParams:
 
 def test_continuous_admits_new_requests_mid_flight_and_drops_finished_at_once():
     runner = FakeRunner()
-    engine = make_engine(runner=runner)
+    engine = make_engine(runner=runner, enable_prefix_caching=False)  # "late" would share PROMPT
     engine.add_request("long", PROMPT, _params(max_tokens=10))
     engine.step()
     engine.step()
@@ -45,8 +45,12 @@ def test_continuous_admits_new_requests_mid_flight_and_drops_finished_at_once():
 
 def test_token_budget_chunk_cap_and_max_num_seqs_are_respected():
     runner = FakeRunner(num_kv_blocks=1024)
-    engine = make_engine(
-        runner=runner, max_num_seqs=4, max_num_batched_tokens=16, max_prefill_chunk_tokens=6
+    engine = make_engine(  # no prefix caching: the prompts share their beginnings
+        runner=runner,
+        max_num_seqs=4,
+        max_num_batched_tokens=16,
+        max_prefill_chunk_tokens=6,
+        enable_prefix_caching=False,
     )
     for i in range(10):
         engine.add_request(f"r{i}", list(range(1, 1 + 5 + 3 * i)), _params(max_tokens=5))
@@ -257,8 +261,9 @@ def test_chat_counts_as_active_for_interactive_active_ms_after_its_last_arrival(
 
 def test_preemption_picks_lowest_class_latest_arrival_and_counts_recompute():
     # 6 blocks of 4 slots; three 5-token prompts that each grow to 12 tokens cannot all fit.
+    # Without prefix caching every token a victim had computed is computed again.
     runner = FakeRunner(num_kv_blocks=6, block_size=4)
-    engine = make_engine(runner=runner)
+    engine = make_engine(runner=runner, enable_prefix_caching=False)
     now = time.monotonic()
     engine.add_request("i-old", PROMPT, _params(max_tokens=7), arrival_time=now)
     engine.add_request("b-old", PROMPT, _params(max_tokens=7), priority="batch", arrival_time=now)
@@ -266,19 +271,30 @@ def test_preemption_picks_lowest_class_latest_arrival_and_counts_recompute():
         "b-new", PROMPT, _params(max_tokens=7), priority="batch", arrival_time=now + 1
     )
     preempted = []
-    computed_before = {}
+    lost: dict[str, int] = {}  # victim -> tokens it had computed, until it is re-admitted
     while engine.has_unfinished():
         computed_before = {s.request_id: s.num_computed_tokens for s in engine.scheduler.running}
+        waiting_before = engine.scheduler.waiting()
         result = engine.step()
-        if result.record and result.record.num_preemptions:
-            victims = [s for s in engine.scheduler.waiting() if s.num_preemptions]
-            assert result.record.num_recomputed_tokens == sum(
-                computed_before[v.request_id] for v in victims if v.request_id not in preempted
-            )
-            preempted.extend(v.request_id for v in victims if v.request_id not in preempted)
+        if result.record is None:
+            continue
+        # Counted when the victim is re-admitted (a step that preempts admits no one).
+        still_waiting = {s.request_id for s in engine.scheduler.waiting()}
+        readmitted = [
+            s.request_id
+            for s in waiting_before
+            if s.request_id in lost and s.request_id not in still_waiting
+        ]
+        assert result.record.num_recomputed_tokens == sum(lost.pop(r) for r in readmitted)
+        if result.record.num_preemptions:
+            victims = [s for s in engine.scheduler.waiting() if s.request_id in computed_before]
+            assert len(victims) == result.record.num_preemptions
+            lost.update({v.request_id: computed_before[v.request_id] for v in victims})
+            preempted.extend(v.request_id for v in victims)
             # The victim waits at the front of its class queue.
             assert engine.scheduler.waiting()[0].request_id == preempted[-1]
     assert preempted[0] == "b-new"
+    assert not lost
     stats = engine.stats()
     assert stats.num_preemptions_total >= 1
     assert stats.num_recomputed_tokens_total > 0
@@ -383,10 +399,13 @@ _request = st.tuples(
     shared_queue=st.booleans(),
     abort_index=st.integers(min_value=-1, max_value=11),
     switch_to=st.sampled_from([None, "continuous", "dynamic", "static"]),
+    prefix_caching=st.booleans(),
 )
 def test_random_workloads_finish_without_leaks_and_match_solo_outputs(
-    requests, policy, num_blocks, max_num_seqs, chunk, shared_queue, abort_index, switch_to
-):
+    requests, policy, num_blocks, max_num_seqs, chunk, shared_queue, abort_index, switch_to,
+    prefix_caching,
+):  # fmt: skip
+    # Every prompt is 1..n, so with prefix caching on they share their leading blocks.
     def make(blocks: int):
         return make_engine(
             runner=FakeRunner(num_kv_blocks=blocks, block_size=4),
@@ -395,6 +414,7 @@ def test_random_workloads_finish_without_leaks_and_match_solo_outputs(
             max_num_batched_tokens=max(max_num_seqs, 12),
             max_prefill_chunk_tokens=chunk,
             shared_queue=shared_queue,
+            enable_prefix_caching=prefix_caching,
             interactive={"max_batch_size": 3, "max_wait_ms": 0},
             batch={"max_batch_size": 2, "max_wait_ms": 0},
         )
@@ -412,7 +432,13 @@ def test_random_workloads_finish_without_leaks_and_match_solo_outputs(
         if step == 3 and abort_index >= 0:
             engine.abort(f"r{abort_index}")
         if step == 2 and switch_to is not None:  # a live change mid-flight
-            engine.update_batching({"policy": switch_to, "shared_queue": not shared_queue})
+            engine.update_batching(
+                {
+                    "policy": switch_to,
+                    "shared_queue": not shared_queue,
+                    "enable_prefix_caching": not prefix_caching,
+                }
+            )
         result = engine.step()
         if result.record is not None:
             assert result.record.num_seqs <= max_num_seqs

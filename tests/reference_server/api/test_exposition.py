@@ -169,12 +169,15 @@ class _Stats:
     num_prompt_tokens_total = 3
     num_prefill_tokens_total = 4
     num_generation_tokens_total = 5
+    num_prefix_cache_queries_total = 6
+    num_prefix_cache_hits_total = 7
     num_finished_total_by_reason = {"length": 3, "stop": 2}  # noqa: RUF012
     num_rejected_total_by_reason = {"too_long": 1}  # noqa: RUF012
     num_aborted_total = 0
     num_running_by_class = {"interactive": 2, "batch": 0}  # noqa: RUF012
     num_waiting_by_class = {"interactive": 0, "batch": 1}  # noqa: RUF012
     num_kv_blocks_used = 1
+    num_kv_blocks_cached = 8
     num_kv_blocks_total = 100
     num_kv_tokens_total = 1600
     kv_usage_ratio = 0.01

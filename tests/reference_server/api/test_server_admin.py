@@ -52,6 +52,7 @@ def test_get_batching_returns_the_live_settings(client):
         ({"no_such_setting": 1}, "no_such_setting"),
         ({"slo_target_ms": 0}, "slo_target_ms"),
         ({"slo_min_prefill_tokens": 0}, "slo_min_prefill_tokens"),
+        ({"enable_prefix_caching": 1}, "enable_prefix_caching"),
     ],
 )
 def test_invalid_changes_are_refused_naming_the_field_and_change_nothing(client, change, field):

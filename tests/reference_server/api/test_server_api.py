@@ -39,7 +39,10 @@ def test_non_streaming_chat_reports_exact_usage(client):
     prompt_tokens = len(TOKENIZER.apply_chat_template(MESSAGES))
     assert body["object"] == "chat.completion"
     assert body["id"].startswith("chatcmpl-")
-    assert body["usage"] == {
+    usage = body["usage"]
+    # The prefix cache may hold MESSAGES' leading blocks from an earlier test on this server.
+    assert usage.pop("prompt_tokens_details")["cached_tokens"] in range(prompt_tokens)
+    assert usage == {
         "prompt_tokens": prompt_tokens, "completion_tokens": 7, "total_tokens": prompt_tokens + 7,
     }  # fmt: skip
     choice = body["choices"][0]
@@ -73,7 +76,9 @@ def test_streaming_chat_framing_role_first_done_last_usage_chunk(client):
     usage_chunk = chunks[-1]
     assert usage_chunk["choices"] == []
     prompt_tokens = len(TOKENIZER.apply_chat_template(MESSAGES))
-    assert usage_chunk["usage"] == {
+    usage = usage_chunk["usage"]
+    assert usage.pop("prompt_tokens_details")["cached_tokens"] in range(prompt_tokens)
+    assert usage == {
         "prompt_tokens": prompt_tokens, "completion_tokens": 9, "total_tokens": prompt_tokens + 9,
     }  # fmt: skip
     finish = chunks[-2]["choices"][0]

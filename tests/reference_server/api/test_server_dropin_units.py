@@ -169,8 +169,10 @@ def test_assistant_content_may_be_null_or_absent_but_not_elsewhere():
     assert caught.value.param == "messages[0].content"
 
 
-def _output(tokens: int, text: str = "a") -> RequestOutput:
-    return RequestOutput("r", [1], text, False, None, 3, tokens, 0.0, None, None)
+def _output(tokens: int, text: str = "a", cached: int = 0) -> RequestOutput:
+    return RequestOutput(
+        "r", [1], text, False, None, 3, tokens, 0.0, None, None, num_cached_tokens=cached
+    )
 
 
 @pytest.mark.parametrize("endpoint", ["chat", "completions"])
@@ -186,7 +188,16 @@ def test_continuous_usage_chunks_carry_the_running_count(endpoint):
 
     assert usage(shapes.role_chunk()) == {
         "prompt_tokens": 3, "completion_tokens": 0, "total_tokens": 3,
+        "prompt_tokens_details": {"cached_tokens": 0},
     }  # fmt: skip
+    # The role chunk goes out with the first output: its cached tokens are known, no token yet.
+    assert usage(shapes.role_chunk(_output(1, cached=2))) == {
+        "prompt_tokens": 3, "completion_tokens": 0, "total_tokens": 3,
+        "prompt_tokens_details": {"cached_tokens": 2},
+    }  # fmt: skip
+    assert usage(shapes.content_chunk("ab", _output(2, cached=2)))["prompt_tokens_details"] == {
+        "cached_tokens": 2
+    }
     assert usage(shapes.content_chunk("ab", _output(2)))["completion_tokens"] == 2
     assert usage(shapes.content_chunk("c", _output(3)))["total_tokens"] == 6
     assert usage(shapes.finish_chunk("length", _output(3)))["completion_tokens"] == 3

@@ -31,7 +31,8 @@ BINDING_METRICS = {
     ],
     "gauge": [
         "batchgate_num_requests_running", "batchgate_num_requests_waiting",
-        "batchgate_kv_blocks_used", "batchgate_kv_blocks_capacity", "batchgate_kv_usage_ratio",
+        "batchgate_kv_blocks_used", "batchgate_kv_blocks_cached", "batchgate_kv_blocks_capacity",
+        "batchgate_kv_usage_ratio",
         "batchgate_kv_usage_peak_ratio", "batchgate_device_memory_allocated_bytes",
         "batchgate_device_memory_reserved_bytes", "batchgate_device_memory_peak_bytes",
         "process_resident_memory_bytes", "batchgate_info",
@@ -40,7 +41,8 @@ BINDING_METRICS = {
         "batchgate_preemptions", "batchgate_recomputed_tokens", "batchgate_prompt_tokens",
         "batchgate_prefill_tokens", "batchgate_generation_tokens", "batchgate_requests_finished",
         "batchgate_requests_rejected", "batchgate_requests_aborted",
-        "batchgate_embedding_requests",
+        "batchgate_embedding_requests", "batchgate_prefix_cache_queries",
+        "batchgate_prefix_cache_hits",
     ],
 }  # fmt: skip
 
@@ -82,8 +84,11 @@ def _metrics() -> ServerMetrics:
         num_rejected_total_by_reason={"queue_full": 3},
         num_running_by_class={"interactive": 1},
         num_kv_blocks_used=5,
+        num_kv_blocks_cached=3,
         num_kv_blocks_total=10,
         kv_usage_ratio=0.5,
+        num_prefix_cache_queries_total=40,
+        num_prefix_cache_hits_total=16,
     )
     metrics = ServerMetrics(
         stats_fn=lambda: stats,
@@ -123,6 +128,9 @@ def test_metrics_values_come_from_stats_observations_and_http_rejections():
     assert metric(text, "batchgate_num_requests_running", priority="interactive") == 1
     assert metric(text, "batchgate_num_requests_running", priority="batch") == 0
     assert metric(text, "batchgate_device_memory_peak_bytes") == 123
+    assert metric(text, "batchgate_kv_blocks_cached") == 3
+    assert metric(text, "batchgate_prefix_cache_queries_total") == 40
+    assert metric(text, "batchgate_prefix_cache_hits_total") == 16
     assert metric(text, "batchgate_step_duration_seconds_bucket", le="0.0005") == 1
     assert metric(text, "batchgate_step_duration_seconds_bucket", le="0.00025") == 0
     assert metric(text, "batchgate_step_num_tokens_sum") == 12
@@ -198,6 +206,10 @@ def test_flags_build_nested_validated_configs():
     assert (server.port, server.api_key, server.embedding_dispatch_threshold) == (0, "k", None)
     defaults_engine, defaults_server = parse_configs([])
     assert defaults_engine == EngineConfig() and defaults_engine.batching == BatchingConfig()
+    assert defaults_engine.batching.enable_prefix_caching is True
+    # vLLM's spelling, and the one a gate preset's bool key becomes (`no_` + key for false).
+    assert parse_configs(["--no-enable-prefix-caching"])[0].batching.enable_prefix_caching is False
+    assert parse_configs(["--enable-prefix-caching"])[0].batching.enable_prefix_caching is True
     assert defaults_server == ServerConfig()
 
 
