@@ -19,7 +19,12 @@ from typing import Any
 
 from loadgen.config import RunConfig
 from loadgen.errors import ConfigError, TargetUnreachableError
-from loadgen.probe import probe_continuous_usage, probe_target
+from loadgen.probe import (
+    probe_context_tokens,
+    probe_continuous_usage,
+    probe_is_bundled,
+    probe_target,
+)
 from loadgen.profiles import CONTINUOUS_USAGE, PROFILES, SCALES, check_plans_requests, resolve
 
 __all__ = ["build_parser", "main"]
@@ -173,6 +178,19 @@ def main(argv: Sequence[str] | None = None) -> int:
         # Resolved here, once, so every worker sends the same body and load.json's params
         # say what was sent.
         overrides["continuous_usage"] = _resolve_continuous_usage(args, spec.params)
+    if spec.driver == "trace":
+        # The default clamp is the target's context, the default vocabulary exact bytes on the
+        # bundled server (docs/traces.md); resolved once here, so every worker plans the same.
+        probe = {"api_key": args.api_key, "timeout_seconds": 10.0}
+        if spec.params["context_tokens"] is None:
+            overrides["context_tokens"] = probe_context_tokens(args.target, **probe)
+        if spec.params["tokenizer"] == "auto":
+            overrides["tokenizer"] = "bytes" if probe_is_bundled(args.target, **probe) else "words"
+        try:
+            resolve(args.profile, overrides, args.scale)
+        except ConfigError as exc:
+            print(f"loadgen: error: {exc}", file=sys.stderr)
+            return EXIT_USAGE
     config = RunConfig(
         target_url=args.target,
         model=model or "default",

@@ -88,6 +88,11 @@ class OpenAIClient:
             "max_tokens": req.max_tokens,
             "stream": cfg.stream,
         }
+        if req.exact_output:
+            # The trace's answer length, not where the model happens to stop (vLLM, SGLang,
+            # llama.cpp and the bundled server honour both; docs/traces.md).
+            body["min_tokens"] = req.max_tokens
+            body["ignore_eos"] = True
         if cfg.endpoint == "chat":
             body["messages"] = [{"role": r, "content": c} for r, c in req.messages]
         else:
@@ -106,8 +111,12 @@ class OpenAIClient:
         base = self.target.base_path
         return f"{base}/{leaf}" if base.endswith("/v1") else f"{base}/v1/{leaf}"
 
-    def send(self, req: PlannedRequest, record: RequestRecord) -> RequestRecord:
-        """Fill `record` (planned_at already set) by sending `req`; never raises for I/O."""
+    def send(
+        self, req: PlannedRequest, record: RequestRecord, *, answer: list[str] | None = None
+    ) -> RequestRecord:
+        """Fill `record` (planned_at already set) by sending `req`; never raises for I/O.
+        `answer`, when given, receives the answer's text pieces (a chat session's next turn
+        repeats them)."""
         payload = orjson.dumps(self.body(req))
         headers = {
             "Host": self.target.host_header,
@@ -130,9 +139,9 @@ class OpenAIClient:
                     "http_error", f"HTTP {status}: {self._error_text(conn, resp_headers, deadline)}"
                 )
             if self.config.stream and "text/event-stream" in resp_headers.get("content-type", ""):
-                self._read_stream(conn, resp_headers, deadline, record)
+                self._read_stream(conn, resp_headers, deadline, record, answer)
             else:
-                self._read_full(conn, resp_headers, deadline, record)
+                self._read_full(conn, resp_headers, deadline, record, answer)
             record.status, record.error = "ok", None
         except _Failure as exc:
             record.status, record.error = exc.status, exc.reason
@@ -204,12 +213,19 @@ class OpenAIClient:
         return text[:300]
 
     def _read_stream(
-        self, conn: HttpConnection, headers: dict[str, str], deadline: float, rec: RequestRecord
+        self,
+        conn: HttpConnection,
+        headers: dict[str, str],
+        deadline: float,
+        rec: RequestRecord,
+        answer: list[str] | None,
     ) -> None:
         parser = SSEParser()
         done = False
         counted = 0  # tokens given to content chunks so far
+        last_at: float | None = None
         for piece, at in conn.iter_body(headers, deadline):
+            last_at = at
             try:
                 events = parser.feed(piece)
             except UnicodeDecodeError as exc:
@@ -243,6 +259,8 @@ class OpenAIClient:
                     elif rec.chunk_tokens_source != source:
                         rec.chunk_tokens_source = "mixed"
                     counted += tokens
+                    if answer is not None:
+                        answer.append(text)
                     rec.chunk_times.append(at)
                     rec.chunk_tokens.append(tokens)
                     if rec.first_token_at is None:
@@ -250,11 +268,22 @@ class OpenAIClient:
                 if usage:
                     _apply_usage(rec, usage)
         if not done:
+            if rec.finish_reason is not None and not parser.pending() and last_at is not None:
+                # Hugging Face `transformers serve` ends a complete answer (finish_reason and
+                # usage sent, the body closed cleanly) without `data: [DONE]`, and the openai
+                # SDK reads such a stream without complaint: the answer ended with its body.
+                rec.done_at = last_at
+                return
             tail = " (truncated event)" if parser.pending() else ""
             raise _Failure("protocol_error", f"stream ended without [DONE]{tail}")
 
     def _read_full(
-        self, conn: HttpConnection, headers: dict[str, str], deadline: float, rec: RequestRecord
+        self,
+        conn: HttpConnection,
+        headers: dict[str, str],
+        deadline: float,
+        rec: RequestRecord,
+        answer: list[str] | None,
     ) -> None:
         pieces = [piece for piece, _ in conn.iter_body(headers, deadline)]
         body = b"".join(pieces)
@@ -265,6 +294,8 @@ class OpenAIClient:
         if isinstance(chunk.get("usage"), dict):
             _apply_usage(rec, chunk["usage"])
         if text:
+            if answer is not None:
+                answer.append(text)
             rec.first_token_at = at
             rec.chunk_times.append(at)
             # One chunk: the whole answer. Without usage its length in bytes stands in (one
@@ -316,3 +347,8 @@ def _apply_usage(rec: RequestRecord, usage: dict[str, Any]) -> None:
     if isinstance(usage.get("completion_tokens"), int):
         rec.output_tokens = usage["completion_tokens"]
         rec.tokens_source = "usage"
+    details = usage.get("prompt_tokens_details")
+    if isinstance(details, dict):
+        cached = details.get("cached_tokens")
+        if isinstance(cached, int) and not isinstance(cached, bool) and cached >= 0:
+            rec.cached_tokens = cached

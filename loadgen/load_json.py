@@ -28,6 +28,7 @@ def build_load_json(
     ended_at: float,
     ended: str,
     batch_job: dict[str, Any] | None = None,
+    trace: dict[str, Any] | None = None,
 ) -> dict[str, Any]:
     p = spec.params
     closed = spec.mode == "closed"
@@ -98,6 +99,8 @@ def build_load_json(
         "invalid_reasons": reasons,
         "ended": ended,
     }
+    if trace is not None:  # the trace profile: the replayed window and how many were clamped
+        load["trace"] = trace
     if batch_job is not None:
         # `window` stays the chat schedule's, which rates and latencies are measured over; the
         # job's own span (submitted_at .. ended_at) is in here, for server-side windows.

@@ -36,10 +36,22 @@ def apply_override(params: dict[str, Any], key: str, value: Any) -> None:
 
 
 # The parameters whose default is null ("not set"), each with a value of the type it takes.
-_NULLABLE: dict[str, Any] = {"duration_seconds": 0.0, "rate_rps": 0.0, "dataset": ""}
+_NULLABLE: dict[str, Any] = {
+    "duration_seconds": 0.0,
+    "rate_rps": 0.0,
+    "dataset": "",
+    "path": "",
+    "max_input_tokens": 0,
+    "max_output_tokens": 0,
+    "context_tokens": 0,
+}
+# Parameters that take more than one type; the profile that owns them checks their value.
+_FREE_FORM = frozenset({"time_scale"})
 
 
 def _coerce(key: str, default: Any, value: Any) -> Any:
+    if key in _FREE_FORM:
+        return value
     if value is None:
         if default is None:
             return value

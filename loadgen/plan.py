@@ -17,13 +17,15 @@ from __future__ import annotations
 
 import random
 import string
+import zlib
 from dataclasses import dataclass
 
 from loadgen.arrivals import generate_arrivals
 from loadgen.dataset import DatasetEntry, load_dataset
+from loadgen.prefix_text import BlockText, token_units
 from loadgen.profiles import ProfileSpec, TrafficClass
 
-__all__ = ["PlannedRequest", "RequestFactory", "build_plan"]
+__all__ = ["PlannedRequest", "RequestFactory", "build_plan", "trace_plan"]
 
 _TEXT_POOL_BYTES = 1 << 16
 # Requests per class deck: small enough that any window of a run carries the mix, large enough
@@ -41,6 +43,17 @@ class PlannedRequest:
     messages: tuple[tuple[str, str], ...]
     prompt_tokens: int  # the client's own count (bytes of text)
     max_tokens: int
+    # Multi-turn sessions and trace replay (docs/records.md): which conversation and turn, and
+    # which trace line; `exact_output` asks the target for exactly max_tokens (min_tokens and
+    # ignore_eos, vLLM's extensions), as a trace replay must to keep the trace's lengths.
+    session: str | None = None
+    turn: int | None = None
+    trace_index: int | None = None
+    exact_output: bool = False
+    # A trace conversation's own id and its previous turn's (Bailian chat_id, parent_chat_id):
+    # the turn is sent only once its parent answered.
+    chat_id: str | None = None
+    parent: str | None = None
 
     @property
     def prompt_text(self) -> str:
@@ -138,8 +151,60 @@ def build_plan(
     spec: ProfileSpec, *, worker_index: int = 0, worker_count: int = 1
 ) -> list[PlannedRequest]:
     """This worker's share of the open-loop plan: every `worker_count`-th arrival."""
+    if spec.replay is not None:
+        return trace_plan(spec, worker_index=worker_index, worker_count=worker_count)
     arrivals = generate_arrivals(spec.arrival, spec.schedule, seed=spec.seed)
     factory = RequestFactory(spec)
     # Every worker walks the whole stream so request i is identical whichever worker sends it.
     plan = [factory.make(i, offset, stage) for i, (offset, stage) in enumerate(arrivals)]
     return plan[worker_index::worker_count]
+
+
+def trace_plan(
+    spec: ProfileSpec, *, worker_index: int = 0, worker_count: int = 1
+) -> list[PlannedRequest]:
+    """This worker's share of a trace replay: each request at its scaled timestamp, its prompt
+    built from its hash ids (loadgen.prefix_text), asking for the trace's answer length. A
+    conversation (requests with a `session`) stays on one worker, which sends its turns in order."""
+    replay = spec.replay
+    assert replay is not None
+    units = token_units(_tokenizer(spec.params["tokenizer"]))
+    distinct = len({h for r in replay.requests for h in r.hash_ids})
+    text = BlockText(units, max_cached_blocks=max(distinct, 1))
+    exact = bool(spec.params["exact_output"])
+    plan = []
+    for i, r in enumerate(replay.requests):
+        owner = (zlib.crc32(r.session.encode()) if r.session is not None else i) % worker_count
+        if owner != worker_index:
+            continue
+        prompt = text.prompt_text(
+            r.hash_ids, r.block_tokens, r.input_tokens, f"{spec.seed}-{r.index}"
+        )
+        plan.append(
+            PlannedRequest(
+                index=i,
+                offset_seconds=r.timestamp_seconds,
+                stage="main",
+                priority=str(spec.params["priority"]),
+                length_class="short",
+                messages=(("user", prompt),),
+                prompt_tokens=r.input_tokens,
+                max_tokens=r.output_tokens,
+                session=r.session,
+                turn=r.turn,
+                trace_index=r.index,
+                exact_output=exact,
+                chat_id=r.chat_id,
+                parent=r.parent,
+            )
+        )
+    return plan
+
+
+def _tokenizer(value: str | None) -> str | None:
+    """The prefix_text vocabulary for the profile's `tokenizer`: "byte" (byte-level, the bundled
+    server), a tokenizer.json path, or None (approximate words; also "auto" left unresolved,
+    as under plain Locust)."""
+    if value in (None, "auto", "words"):
+        return None
+    return "byte" if value in ("byte", "bytes") else value

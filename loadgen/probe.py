@@ -18,7 +18,13 @@ import time
 from loadgen.errors import TargetUnreachableError
 from loadgen.httpconn import HttpConnection, ProtocolError, Target, parse_target
 
-__all__ = ["CONTINUOUS_USAGE_PREFIXES", "probe_continuous_usage", "probe_target"]
+__all__ = [
+    "CONTINUOUS_USAGE_PREFIXES",
+    "probe_context_tokens",
+    "probe_continuous_usage",
+    "probe_is_bundled",
+    "probe_target",
+]
 
 # Metric name prefixes of the servers that put cumulative usage on every chunk when asked:
 # the bundled server, vLLM, SGLang.
@@ -69,10 +75,56 @@ def probe_target(url: str, *, api_key: str | None, timeout_seconds: float) -> st
         return None
 
 
+def probe_context_tokens(url: str, *, api_key: str | None, timeout_seconds: float) -> int | None:
+    """The target's context length in tokens, where it states one: `max_model_len` in
+    `/v1/models` (vLLM, the bundled server), else llama.cpp's `/props` (`n_ctx` of a slot);
+    None when neither says (the trace profile then clamps nothing by default)."""
+    target = _target(url)
+    base = target.base_path.removesuffix("/v1")
+    for path, read in ((f"{base}/v1/models", _models_context), (f"{base}/props", _props_context)):
+        try:
+            status, body = _get(target, url, path, api_key=api_key, timeout_seconds=timeout_seconds)
+            found = read(json.loads(body)) if status == 200 else None
+        except (TargetUnreachableError, ValueError, TypeError, AttributeError):
+            found = None
+        if isinstance(found, int) and not isinstance(found, bool) and found > 0:
+            return found
+    return None
+
+
+def _models_context(obj: dict) -> object:
+    data = obj.get("data") or []
+    return data[0].get("max_model_len") if data and isinstance(data[0], dict) else None
+
+
+def _props_context(obj: dict) -> object:
+    settings = obj.get("default_generation_settings")
+    n_ctx = obj.get("n_ctx")
+    if n_ctx is None and isinstance(settings, dict):
+        n_ctx = settings.get("n_ctx")
+    return n_ctx
+
+
+def probe_is_bundled(url: str, *, api_key: str | None, timeout_seconds: float) -> bool:
+    """Whether the target is batchgate's bundled server (its `/metrics` names say so), whose
+    byte-level tokenizer makes one ASCII byte exactly one token."""
+    return _metrics_start_with(
+        url, ("batchgate_",), api_key=api_key, timeout_seconds=timeout_seconds
+    )
+
+
 def probe_continuous_usage(url: str, *, api_key: str | None, timeout_seconds: float) -> bool:
     """Whether the target's `/metrics` names it as a server that honours continuous usage
     stats; False when it has no `/metrics`, or does not answer (sending the option is the
     risk, not leaving it out)."""
+    return _metrics_start_with(
+        url, CONTINUOUS_USAGE_PREFIXES, api_key=api_key, timeout_seconds=timeout_seconds
+    )
+
+
+def _metrics_start_with(
+    url: str, prefixes: tuple[str, ...], *, api_key: str | None, timeout_seconds: float
+) -> bool:
     try:
         target = _target(url)
         base = target.base_path.removesuffix("/v1")  # /metrics sits beside /v1, not under it
@@ -83,7 +135,4 @@ def probe_continuous_usage(url: str, *, api_key: str | None, timeout_seconds: fl
         return False
     if status != 200:
         return False
-    for line in body.decode("utf-8", "replace").splitlines():
-        if line.startswith(CONTINUOUS_USAGE_PREFIXES):
-            return True
-    return False
+    return any(line.startswith(prefixes) for line in body.decode("utf-8", "replace").splitlines())

@@ -12,6 +12,7 @@ from __future__ import annotations
 import copy
 import hashlib
 import json
+import math
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
@@ -21,6 +22,7 @@ from loadgen.errors import ConfigError
 from loadgen.job_params import job_defaults, job_stages, scale_job_lines, validate_job_params
 from loadgen.lengths import LengthDist
 from loadgen.overrides import apply_override
+from loadgen.replay import Replay, build_replay
 from loadgen.shapes import RateSchedule, RateStage
 
 __all__ = [
@@ -81,6 +83,10 @@ class ProfileSpec:
     schedule: RateSchedule
     arrival: ArrivalProcess
     classes: tuple[TrafficClass, ...]
+    # How requests are made: "schedule" (arrivals from `schedule`, or closed-loop users),
+    # "sessions" (multi-turn conversations, loadgen.conversations) or "trace" (a replay).
+    driver: str = "schedule"
+    replay: Replay | None = None  # the trace profile's window, as it will be sent
 
     @property
     def mode(self) -> str:
@@ -185,6 +191,20 @@ def _build_priority(p: dict[str, Any]) -> tuple[list[RateStage], list[TrafficCla
 
 
 def _build_single(p: dict[str, Any]) -> tuple[list[RateStage], list[TrafficClass]]:
+    return _single("main", p), _classes_one(p)
+
+
+def _build_sessions(p: dict[str, Any]) -> tuple[list[RateStage], list[TrafficClass]]:
+    """Conversations, not a rate: the one stage bounds how long new turns start."""
+    if p["mode"] != "closed":
+        raise ConfigError("chat_sessions is a closed loop (each turn waits for the answer)")
+    for key in ("sessions_total", "concurrent_sessions"):
+        if int(p[key]) < 1:
+            raise ConfigError(f"{key} must be >= 1, got {p[key]}")
+    if int(p["system_prompt_tokens"]) < 0:
+        raise ConfigError(f"system_prompt_tokens must be >= 0, got {p['system_prompt_tokens']}")
+    for key in ("turns", "user_tokens"):
+        LengthDist.from_value(p[key])  # validated here, with the key in the message
     return _single("main", p), _classes_one(p)
 
 
@@ -304,6 +324,47 @@ PROFILES: dict[str, tuple[dict[str, Any], _Builder, str]] = {
         _build_priority,
         "interactive chats plus heavy batch-class background traffic (priority tags)",
     ),
+    "chat_sessions": (
+        {
+            "mode": "closed",
+            "base_rate_rps": 1.0,  # unused: sessions pace themselves
+            "main_seconds": 600.0,  # at most; the run ends when sessions_total are done
+            "sessions_total": 400,
+            "concurrent_sessions": 4,
+            "turns": {"kind": "uniform", "low": 2, "high": 6, "min": 1, "max": 64},
+            "system_prompt_tokens": 512,
+            "user_tokens": {"kind": "uniform", "low": 32, "high": 64, "min": 1, "max": 4096},
+            "output_tokens": {"kind": "uniform", "low": 16, "high": 32, "min": 1, "max": 4096},
+            "prompt_tokens": _short_chat(),  # unused: turns are built from the fields above
+            "think_time_seconds": 0.2,
+            "priority": "interactive",
+        },
+        _build_sessions,
+        "N concurrent multi-turn conversations; each turn resends the whole history "
+        "(stages first_turn, follow_up)",
+    ),
+    "trace": (
+        {
+            "path": None,  # the packaged Mooncake excerpt (docs/traces.md)
+            "format": "auto",
+            "start_seconds": 0.0,
+            # duration_seconds (common key) is the trace window; unset: TRACE_WINDOW_SECONDS
+            # of the trace at full scale, times the scale
+            "time_scale": 1.0,
+            "length_scale": 1.0,
+            "max_input_tokens": None,
+            "max_output_tokens": None,
+            "context_tokens": None,  # the target's context; `batchgate load` asks the target
+            "tokenizer": "auto",
+            "exact_output": True,
+            "priority": "interactive",
+            "prompt_tokens": _short_chat(),  # unused: lengths come from the trace
+            "output_tokens": {"kind": "uniform", "low": 16, "high": 64, "min": 1, "max": 4096},
+        },
+        _build_single,
+        "replays a window of a production trace (Mooncake, Azure, BurstGPT, Bailian, jsonl) "
+        "open loop, prompts sharing the trace's prefix blocks",
+    ),
     "offline_job": (
         {
             "base_rate_rps": 2.0,
@@ -319,6 +380,10 @@ PROFILES: dict[str, tuple[dict[str, Any], _Builder, str]] = {
     ),
 }
 
+_DRIVERS = {"chat_sessions": "sessions", "trace": "trace"}
+# The trace profile's window at full scale when duration_seconds is not set: 300 s of the
+# trace: the whole packaged excerpt (smoke: 15 s, quick: 75 s).
+TRACE_WINDOW_SECONDS = 300.0
 _DURATION_KEYS = ("main_seconds", "baseline_seconds", "spike_seconds", "recovery_seconds")
 
 
@@ -366,12 +431,20 @@ def resolve(name: str, overrides: dict[str, Any] | None = None, scale: str = "fu
             value = "on" if value else "off"  # YAML 1.1 (gates.yaml) reads a bare on/off so
         apply_override(params, str(key), copy.deepcopy(value))
     _validate_common(params)
+    if _DRIVERS.get(name) == "trace":
+        return _resolve_trace(name, scale, params)
     if params["duration_seconds"] is None:
         for key in _DURATION_KEYS:
             if key in params:
                 params[key] = float(params[key]) * SCALES[scale]
         params["warmup_seconds"] = float(params["warmup_seconds"]) * SCALES[scale]
         scale_job_lines(params, SCALES[scale])
+        if "sessions_total" in params:
+            if int(params["sessions_total"]) < 1:
+                raise ConfigError(f"sessions_total must be >= 1, got {params['sessions_total']}")
+            params["sessions_total"] = max(
+                1, math.ceil(int(params["sessions_total"]) * SCALES[scale])
+            )
     stages, classes = builder(params)
     if "job_lines" in params:
         params["job_lines"] = int(params["job_lines"])
@@ -386,12 +459,44 @@ def resolve(name: str, overrides: dict[str, Any] | None = None, scale: str = "fu
     if params["mode"] == "open" and schedule.expected_count <= 0:
         raise ConfigError(f"profile {name!r} offers no requests (all rates are zero)")
     return ProfileSpec(
+        driver=_DRIVERS.get(name, "schedule"),
         name=name,
         scale=scale,
         params=params,
         schedule=schedule,
         arrival=ArrivalProcess(kind=params["arrival"], gamma_shape=float(params["gamma_shape"])),
         classes=tuple(classes),
+    )
+
+
+def _resolve_trace(name: str, scale: str, params: dict[str, Any]) -> ProfileSpec:
+    """The trace profile: its window and time scale decide the schedule, not rates."""
+    if params["rate_rps"] is not None:
+        raise ConfigError("the trace profile's rate is the trace's: set time_scale, not rate_rps")
+    if params["tokenizer"] is not None and not isinstance(params["tokenizer"], str):
+        raise ConfigError(
+            f"tokenizer must be auto, bytes, words or a path, got {params['tokenizer']!r}"
+        )
+    for key in ("start_seconds", "length_scale"):
+        value = params[key]
+        if isinstance(value, bool) or not isinstance(value, (int, float)):
+            raise ConfigError(f"{key} must be a number, got {value!r}")
+    replay = build_replay(params, default_window_seconds=TRACE_WINDOW_SECONDS * SCALES[scale])
+    params["warmup_seconds"] = float(params["warmup_seconds"]) * SCALES[scale]
+    stage = RateStage(
+        name="main",
+        duration_seconds=replay.duration_seconds,
+        rate_rps=len(replay.requests) / replay.duration_seconds,
+    )
+    return ProfileSpec(
+        driver="trace",
+        replay=replay,
+        name=name,
+        scale=scale,
+        params=params,
+        schedule=RateSchedule((stage,)),
+        arrival=ArrivalProcess(kind="constant", gamma_shape=1.0),
+        classes=tuple(_classes_one(params)),
     )
 
 

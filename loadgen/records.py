@@ -60,6 +60,13 @@ class RequestRecord:
     finish_reason: str | None = None
     error: str | None = None
     worker: int = 0
+    # Production-traffic fields (docs/records.md): prompt tokens the target served from its
+    # prefix cache (usage.prompt_tokens_details.cached_tokens; null when it does not say), the
+    # conversation and 0-based turn of a multi-turn request, the trace line replayed.
+    cached_tokens: int | None = None
+    session: str | None = None
+    turn: int | None = None
+    trace_index: int | None = None
 
     def to_dict(self) -> dict[str, Any]:
         # Written out by hand: dataclasses.asdict deep-copies and costs more than the request.
@@ -87,6 +94,10 @@ class RequestRecord:
             "finish_reason": self.finish_reason,
             "error": self.error,
             "worker": self.worker,
+            "cached_tokens": self.cached_tokens,
+            "session": self.session,
+            "turn": self.turn,
+            "trace_index": self.trace_index,
         }
 
 
@@ -167,7 +178,13 @@ _RECORD_TYPES: dict[str, tuple[str, bool]] = {
     "finish_reason": ("str", True),
     "error": ("str", True),
     "worker": ("int", False),
+    "cached_tokens": ("int", True),
+    "session": ("str", True),
+    "turn": ("int", True),
+    "trace_index": ("int", True),
 }
+# Added after the first release: a line without them is valid (older records).
+_OPTIONAL_RECORD_FIELDS = frozenset({"cached_tokens", "session", "turn", "trace_index"})
 
 _CHECKS = {
     "str": lambda v: isinstance(v, str),
@@ -183,7 +200,11 @@ def validate_record(obj: Any) -> list[str]:
     """Problems of one `requests.jsonl` object against docs/records.md; empty when valid."""
     if not isinstance(obj, dict):
         return ["record is not a JSON object"]
-    problems = [f"missing field {k!r}" for k in _RECORD_TYPES if k not in obj]
+    problems = [
+        f"missing field {k!r}"
+        for k in _RECORD_TYPES
+        if k not in obj and k not in _OPTIONAL_RECORD_FIELDS
+    ]
     problems += [f"unknown field {k!r}" for k in obj if k not in _RECORD_TYPES]
     for key, (kind, nullable) in _RECORD_TYPES.items():
         if key not in obj or (nullable and obj[key] is None):
@@ -267,7 +288,8 @@ def validate_load_json(obj: Any) -> list[str]:
     if not isinstance(obj, dict):
         return ["load.json is not a JSON object"]
     problems = [f"missing key {k!r}" for k in sorted(_LOAD_KEYS - set(obj))]
-    problems += [f"unknown key {k!r}" for k in sorted(set(obj) - _LOAD_KEYS - {"batch_job"})]
+    optional = {"batch_job", "trace"}
+    problems += [f"unknown key {k!r}" for k in sorted(set(obj) - _LOAD_KEYS - optional)]
     if problems:
         return problems
     if obj["schema_version"] != 1:

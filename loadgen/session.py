@@ -16,13 +16,16 @@ from collections.abc import Callable
 from typing import Any
 
 import gevent
+import gevent.event
 import gevent.lock
 import gevent.pool
 
 from loadgen.client import ClientConfig, OpenAIClient, RequestCancelled
 from loadgen.config import RunConfig
+from loadgen.conversations import ConversationFactory
 from loadgen.cpu import CpuMeter
 from loadgen.httpconn import parse_target
+from loadgen.lengths import LengthDist
 from loadgen.plan import PlannedRequest, RequestFactory, build_plan
 from loadgen.profiles import ProfileSpec
 from loadgen.records import RequestRecord
@@ -81,7 +84,9 @@ class LoadSession:
         sampler = gevent.spawn(self._sample_cpu)
         interrupted = False
         try:
-            if self.spec.mode == "closed":
+            if self.spec.driver == "sessions":
+                self._run_sessions(t0)
+            elif self.spec.mode == "closed":
                 self._run_closed(t0)
             else:
                 self._run_open(t0)
@@ -97,6 +102,8 @@ class LoadSession:
 
     def _run_open(self, t0: float) -> None:
         self.planned = len(self.plan)
+        # A trace conversation's turn waits for its parent's answer (docs/traces.md).
+        answered = {r.chat_id: gevent.event.Event() for r in self.plan if r.chat_id is not None}
         for req in self.plan:
             planned_at = t0 + req.offset_seconds
             delay = planned_at - time.monotonic()
@@ -106,9 +113,29 @@ class LoadSession:
                 return
             if self.cap.locked():
                 self.cap_reached += 1
-            self.group.spawn(self._one, req, planned_at)
+            if answered:
+                self.group.spawn(self._turn, req, planned_at, answered)
+            else:
+                self.group.spawn(self._one, req, planned_at)
 
-    def _one(self, req: PlannedRequest, planned_at: float) -> None:
+    def _turn(
+        self, req: PlannedRequest, planned_at: float, answered: dict[str, gevent.event.Event]
+    ) -> None:
+        """A trace turn: sent at its time, but not before its parent answered; the wait for
+        the parent is the conversation's, not client lag, so the turn is planned at its end."""
+        parent = answered.get(req.parent) if req.parent is not None else None
+        if parent is not None and not parent.is_set():
+            parent.wait()
+            planned_at = max(planned_at, time.monotonic())
+        try:
+            self._one(req, planned_at)
+        finally:
+            if req.chat_id is not None:
+                answered[req.chat_id].set()
+
+    def _one(
+        self, req: PlannedRequest, planned_at: float, *, answer: list[str] | None = None
+    ) -> RequestRecord:
         rec = RequestRecord(
             id=f"{self.worker_index}-{req.index}",
             profile=self.spec.name,
@@ -121,16 +148,20 @@ class LoadSession:
             planned_at=planned_at,
             prompt_tokens=req.prompt_tokens,
             worker=self.worker_index,
+            session=req.session,
+            turn=req.turn,
+            trace_index=req.trace_index,
         )
         try:
             with self.cap:
-                self.client.send(req, rec)
+                self.client.send(req, rec, answer=answer)
         except RequestCancelled:  # killed while waiting for a concurrency slot
             rec.status, rec.error = "cancelled", "cancelled before sending (waiting for a slot)"
         if rec.sent_at is not None:
             self.sent += 1
             self.lags.append(rec.sent_at - rec.planned_at)
         self.sink(rec)
+        return rec
 
     # -- closed loop -----------------------------------------------------------------------
     def _run_closed(self, t0: float) -> None:
@@ -163,6 +194,58 @@ class LoadSession:
 
         for _ in users:
             self.group.spawn(user)
+
+    # -- multi-turn sessions ---------------------------------------------------------------
+    def _run_sessions(self, t0: float) -> None:
+        """`concurrent_sessions` conversations at a time (this worker's share), each turn sent
+        when the previous one answered plus think time, until `sessions_total` sessions were
+        started or the schedule's end. A turn that failed ends its conversation: its history
+        would be made up."""
+        p = self.spec.params
+        factory = ConversationFactory(
+            seed=self.spec.seed,
+            stream=self.worker_index,
+            system_prompt_tokens=int(p["system_prompt_tokens"]),
+            turns=LengthDist.from_value(p["turns"]),
+            user_tokens=LengthDist.from_value(p["user_tokens"]),
+            output_tokens=LengthDist.from_value(p["output_tokens"]),
+            priority=str(p["priority"]),
+        )
+        mine = [
+            n for n in range(int(p["sessions_total"])) if n % self.worker_count == self.worker_index
+        ]
+        slots = [
+            u
+            for u in range(int(p["concurrent_sessions"]))
+            if u % self.worker_count == self.worker_index
+        ]
+        queue = iter(mine)
+        counter = itertools.count()
+        end = t0 + self.spec.schedule.duration_seconds
+        think = float(p["think_time_seconds"])
+        delay = t0 - time.monotonic()
+        if delay > 0:
+            gevent.sleep(delay)
+
+        def slot() -> None:
+            for n in queue:
+                conversation = factory.make(f"{self.worker_index}-s{n}")
+                for turn in range(conversation.num_turns):
+                    now = time.monotonic()
+                    if self.stopping or now >= end:
+                        return
+                    self.planned += 1
+                    req = conversation.request(turn, index=next(counter), offset_seconds=now - t0)
+                    answer: list[str] = []
+                    rec = self._one(req, now, answer=answer)
+                    if rec.status != "ok":
+                        break
+                    conversation.answered(turn, "".join(answer))
+                    if think > 0 and turn + 1 < conversation.num_turns:
+                        gevent.sleep(think)
+
+        for _ in slots:
+            self.group.spawn(slot)
 
     # -- ending ----------------------------------------------------------------------------
     def _drain(self, *, timeout_seconds: float) -> None:

@@ -123,6 +123,10 @@ def requests_schema() -> pa.Schema:
             ("finish_reason", text),
             ("error", text),
             ("worker", i8),
+            ("cached_tokens", i8),
+            ("session", text),
+            ("turn", i8),
+            ("trace_index", i8),
         ]
     )
 

@@ -19,11 +19,13 @@ from pathlib import Path
 from typing import Any
 
 import gevent.event
+import orjson
 from locust.env import Environment
 
 from loadgen.config import RunConfig
 from loadgen.load_json import build_load_json
 from loadgen.records import RecordWriter
+from loadgen.replay import window_line
 
 __all__ = ["Collector"]
 
@@ -41,6 +43,12 @@ class Collector:
         (out / "requests.jsonl").unlink(missing_ok=True)
         (out / "load.json").unlink(missing_ok=True)  # a stale one would pass for this run's
         self.writer = RecordWriter(out / "requests.jsonl")
+        (out / "trace.jsonl").unlink(missing_ok=True)
+        if self.spec.replay is not None:
+            # The window as replayed, for the gate's ideal prefix-cache hit ratio and for
+            # `batchgate check` later (docs/records.md).
+            lines = (orjson.dumps(window_line(r)) for r in self.spec.replay.requests)
+            (out / "trace.jsonl").write_bytes(b"".join(line + b"\n" for line in lines))
         self.counts_by_status: dict[str, int] = {}
         self.chunk_tokens_sources: dict[str, int] = {}
         self.received: dict[int, int] = {}
@@ -107,6 +115,7 @@ class Collector:
             ended_at=time.monotonic(),
             ended=ended,
             batch_job=batch_job,
+            trace=self.spec.replay.summary() if self.spec.replay is not None else None,
         )
         path = Path(self.config.out_dir) / "load.json"
         tmp = path.with_suffix(".json.tmp")

@@ -34,6 +34,7 @@ FAULTS = (
     "malformed_sse",
     "drop_mid_stream",
     "no_done",
+    "cut_before_finish",
     "hang",
     "close_before_headers",
     "bad_http",
@@ -270,6 +271,10 @@ class Handler(BaseHTTPRequestHandler):
             if fault == "malformed_sse" and sent >= 1:
                 self._raw(b"data: {this is not json\n\n")
                 break
+            if fault == "cut_before_finish" and sent >= 2:
+                # A body closed cleanly mid-answer: no finish_reason, no usage, no [DONE].
+                self.wfile.write(b"0\r\n\r\n")
+                return
             if fault in ("drop_mid_stream",) and sent >= 2:
                 self.close_connection = True
                 self.connection.shutdown(socket.SHUT_RDWR)
@@ -296,6 +301,7 @@ class Handler(BaseHTTPRequestHandler):
                         "prompt_tokens": prompt_tokens,
                         "completion_tokens": sent,
                         "total_tokens": prompt_tokens + sent,
+                        "prompt_tokens_details": {"cached_tokens": min(prompt_tokens, 3)},
                     },
                 }
             )

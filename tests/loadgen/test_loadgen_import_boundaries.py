@@ -38,6 +38,15 @@ PURE = [
     "loadgen.overrides",
     "loadgen.errors",
     "loadgen.locust",  # the package itself: its __init__ imports nothing
+    "loadgen.conversations",
+    "loadgen.replay",
+    "loadgen.prefix_text",
+    "loadgen.traces",
+    "loadgen.traces.fields",
+    "loadgen.traces.formats",
+    "loadgen.traces.request",
+    "loadgen.traces.sessions",
+    "loadgen.traces.window",
 ]
 # Import gevent or locust (tests/loadgen/locust/test_locust_package.py imports the locust side);
 # __main__ runs the CLI.

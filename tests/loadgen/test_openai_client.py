@@ -142,7 +142,7 @@ def test_completions_and_non_streaming_requests(fake_server, client_for) -> None
         ("http_429", "http_error", 429, "HTTP 429: injected 429"),
         ("non_json_error", "http_error", 502, "non-JSON error body"),
         ("malformed_sse", "protocol_error", 200, "malformed SSE data: not JSON"),
-        ("no_done", "protocol_error", 200, "stream ended without [DONE]"),
+        ("cut_before_finish", "protocol_error", 200, "stream ended without [DONE]"),
         ("drop_mid_stream", "connection_error", 200, "connection closed mid-body"),
         ("close_before_headers", "connection_error", None, "before the response headers"),
         ("bad_http", "protocol_error", None, "bad status line"),
@@ -163,6 +163,23 @@ def test_every_error_kind_is_recorded_with_its_reason(
     # the client recovers: the next request on the same client succeeds
     server.control(fault="none")
     assert _send(client, 1, max_tokens=4)["status"] == "ok"
+
+
+def test_a_finished_stream_without_done_is_complete(fake_server, client_for) -> None:
+    # transformers serve ends a whole answer (finish_reason, usage) with no `data: [DONE]`.
+    server = fake_server("--ttft-ms", "1", "--itl-ms", "1")
+    server.control(fault="no_done")
+    rec = _send(client_for(server), max_tokens=4)
+    assert (rec["status"], rec["error"], rec["finish_reason"]) == ("ok", None, "length")
+    assert rec["output_tokens"] == 4 and rec["done_at"] >= rec["chunk_times"][-1] - 1e-6
+
+
+def test_cached_tokens_come_from_usage_prompt_tokens_details(fake_server, client_for) -> None:
+    server = fake_server("--ttft-ms", "1", "--itl-ms", "1")
+    rec = _send(client_for(server), max_tokens=4)
+    assert rec["status"] == "ok" and rec["cached_tokens"] == min(rec["prompt_tokens"], 3)
+    server.control(usage=False)  # no usage at all: the record does not say, it is not 0
+    assert _send(client_for(server), 1, max_tokens=4)["cached_tokens"] is None
 
 
 def test_keepalive_connection_is_reused(fake_server, client_for) -> None:

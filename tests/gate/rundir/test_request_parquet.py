@@ -77,7 +77,7 @@ def test_first_read_of_a_jsonl_only_run_writes_a_parquet_equal_to_the_jsonl(tmp_
     write_jsonl(path, records)
     from_jsonl = read_requests(path)
     parquet = tmp_path / "requests.parquet"
-    assert _rows(parquet) == [{k: r[k] for k in requests_schema().names} for r in records]
+    assert _rows(parquet) == [{k: r.get(k) for k in requests_schema().names} for r in records]
     assert not list(tmp_path.glob(".*.tmp"))  # written to a temporary file and renamed
     assert open_trusted(parquet, path, []) is not None
     from_parquet = read_requests(path)
