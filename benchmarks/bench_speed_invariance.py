@@ -14,7 +14,8 @@ The claim it checks: the default passes every run; each preset fails its own gat
 never by `inconclusive`.
 
     .venv/bin/python benchmarks/bench_speed_invariance.py [--runs 3] [--conditions idle,busy,slow]
-        [--settings default,big_window,static,small_kv,shared_queue,jobs_interactive,starved_job]
+        [--settings default,big_window,static,small_kv,shared_queue,jobs_interactive,starved_job,
+                    no_prefix_cache,no_prefix_cache_sessions,thrash_cache]
 """
 
 from __future__ import annotations
@@ -55,6 +56,17 @@ SETTINGS: dict[str, tuple[list[str], str | None, str | None]] = {
         "offline_job",
         "offline_job_throughput@offline_job",
     ),
+    "no_prefix_cache": (["--preset", "no_prefix_cache"], "trace", "prefix_cache_hit_ratio@trace"),
+    "no_prefix_cache_sessions": (
+        ["--preset", "no_prefix_cache"],
+        "chat_sessions",
+        "session_prefix_reuse@chat_sessions",
+    ),
+    "thrash_cache": (
+        ["--preset", "thrash_cache"],
+        "chat_sessions",
+        "session_prefix_reuse@chat_sessions",
+    ),
 }
 KEY_GATES = (
     "trickle_ttft@night_trickle",
@@ -63,6 +75,8 @@ KEY_GATES = (
     "priority_precedence@priority_mix",
     "chat_during_offline_job@offline_job",
     "offline_job_throughput@offline_job",
+    "prefix_cache_hit_ratio@trace",
+    "session_prefix_reuse@chat_sessions",
 )
 
 

@@ -240,6 +240,19 @@ _ALL = (
         description="prefill tokens recomputed after preemption / all prefill tokens",
     ),
     _m(
+        name="prefix_cache_hit_ratio",
+        source=Source.SERVER,
+        shape=Shape.SCALAR,
+        unit=UnitKind.RATIO,
+        statistics=("final",),
+        scopes=_WINDOW_SCOPES,
+        description=(
+            "prompt tokens served from the prefix cache / prompt tokens looked up (vLLM's "
+            'prefix_cache_hits / queries), over the window; "> 0.8x ideal" compares it with '
+            "the replayed trace's ideal"
+        ),
+    ),
+    _m(
         name="preemptions",
         source=Source.SERVER,
         shape=Shape.COUNTER,

@@ -139,7 +139,7 @@ def parse_quantity(
     return value
 
 
-REFERENCES = ("unloaded", "capacity")
+REFERENCES = ("unloaded", "capacity", "ideal")
 _RELATIVE_RE = re.compile(
     r"^\s*(<=|>=|==|<|>)\s*((?:\d+\.?\d*|\.\d+)(?:[eE][-+]?\d+)?)\s*x\s+([a-z_]+)\s*$"
 )
@@ -170,6 +170,11 @@ def parse_threshold(text: object, *, kind: UnitKind) -> Threshold:
             raise UnitError(
                 f"{text!r}: a fraction of the calibrated capacity fits only rate metrics "
                 "(batch_job_output_tokens_per_second, achieved_rate)"
+            )
+        if reference == "ideal" and kind is not UnitKind.RATIO:
+            raise UnitError(
+                f"{text!r}: a fraction of the ideal fits only prefix_cache_hit_ratio (the hit "
+                "ratio an LRU of the target's KV capacity gets on the replayed trace window)"
             )
         if not math.isfinite(number) or number <= 0:
             raise UnitError(f"{text!r}: the factor must be a positive number")

@@ -142,6 +142,13 @@ class GateReader(FieldReader):
                     thresholds[level] = parse_threshold(raw[level], kind=unit)
                 except UnitError as exc:
                     raise self.err(f"{kp}.{level}", str(exc)) from None
+                if (
+                    thresholds[level].reference == "ideal"
+                    and metric.name != "prefix_cache_hit_ratio"
+                ):
+                    raise self.err(
+                        f"{kp}.{level}", "a multiple of the ideal fits only prefix_cache_hit_ratio"
+                    )
                 if thresholds[level].of_total and statistic not in ("peak", "mean", "final"):
                     raise self.err(f"{kp}.{level}", "a % of device total fits only peak/mean/final")
         monitor = self.boolean(raw.get("monitor", False), f"{kp}.monitor")

@@ -95,6 +95,11 @@ def _vllm(key: str, value: Any) -> Equivalent:
             exact=False,
             note="with --enable-chunked-prefill; caps long prompts' chunks",
         )
+    if key == "enable_prefix_caching":
+        flag = "--enable-prefix-caching" if value else "--no-enable-prefix-caching"
+        return Equivalent(
+            server=s, key=key, setting=flag, exact=True, note="on by default in vLLM v1"
+        )
     if key == "shared_queue":
         policy = "fcfs" if value else "priority"
         return Equivalent(
@@ -234,6 +239,14 @@ def _triton(key: str, value: Any) -> Equivalent:
 
 def _tgi(key: str, value: Any) -> Equivalent:
     s = "tgi"
+    if key == "enable_prefix_caching":
+        return Equivalent(
+            server=s,
+            key=key,
+            setting=f"PREFIX_CACHING={int(bool(value))}",
+            exact=False,
+            note="an environment variable of the TGI launcher",
+        )
     field = key.rsplit(".", 1)[-1]
     if key == "policy":
         if value == "continuous":
@@ -288,6 +301,15 @@ def _tgi(key: str, value: Any) -> Equivalent:
 def _llamacpp(key: str, value: Any) -> Equivalent:
     s = "llamacpp"
     field = key.rsplit(".", 1)[-1]
+    if key == "enable_prefix_caching":
+        setting = "(default: cache_prompt true)" if value else '"cache_prompt": false per request'
+        return Equivalent(
+            server=s,
+            key=key,
+            setting=setting,
+            exact=False,
+            note="llama-server reuses a slot's cached prompt prefix per request",
+        )
     if key == "policy":
         if value == "continuous":
             return Equivalent(

@@ -28,6 +28,7 @@ _PRESET_KEYS = {
     "max_num_batched_tokens": "int1",
     "max_prefill_chunk_tokens": "int1",  # the server refuses 0 (a rollback must not find out)
     "shared_queue": "bool",
+    "enable_prefix_caching": "bool",
     "batch_api_priority": "priority",
     "batch_max_running_with_interactive": "opt_int1",
     "interactive_active_ms": "num0",

@@ -1,9 +1,9 @@
 """Server-side derivations: metrics from step records, Prometheus scrapes and sampler records.
 
-Owns recompute ratio, preemptions (per request), KV usage and leak after drain, queue and
-running peaks, step latency and server TTFT (exact from steps.jsonl, else a histogram estimate
-from scrapes.jsonl, labelled so) and memory / utilization from gpu.jsonl. It returns
-measurements, saying which metric the target does not expose; it does not judge.
+Owns recompute ratio, prefix-cache hit ratio, preemptions (per request), KV usage and leak after
+drain, queue and running peaks, step latency and server TTFT (exact from steps.jsonl, else a
+histogram estimate from scrapes.jsonl, labelled so) and memory / utilization from gpu.jsonl. It
+returns measurements, saying which metric the target does not expose; it does not judge.
 """
 
 from __future__ import annotations
@@ -149,6 +149,24 @@ def server(
         if not sent:
             return NoData(reason="empty scope: no requests to share the preemptions among")
         return Scalar(value=preemptions / sent, n=sent)
+    if metric == "prefix_cache_hit_ratio":
+        names = ("prefix_cache_hits_total", "prefix_cache_queries_total")
+        try:
+            hits, queries = (_counter_delta(scrapes, name) for name in names)
+        except _CounterReset as exc:
+            return NoData(reason=str(exc))
+        if hits is None or queries is None:
+            missing = names[0] if hits is None else names[1]
+            return NoData(reason=_unavailable(profile, missing))
+        if queries <= 0:
+            # vLLM (and the bundled server) count no lookups while prefix caching is off: with
+            # prompts served in the window, that is a hit ratio of 0, not an absence of data.
+            # Without a prompt served, 0/0 says nothing about the cache.
+            served = _prompt_tokens_served(profile, scope, window)
+            if hits == 0 and served > 0:
+                return Scalar(value=0.0, n=int(served))
+            return NoData(reason="no prefix-cache lookups in the window")
+        return Scalar(value=hits / queries, n=int(queries))
     if metric == "kv_usage":
         if has_steps:
             total = steps.num_kv_blocks_total[step_mask]
@@ -170,6 +188,16 @@ def server(
             return Series(values=values)
         return _gauge(scrapes, scrape_key, scope.priority, profile)
     raise ValueError(f"not a server metric: {metric}")  # pragma: no cover - glossary is closed
+
+
+def _prompt_tokens_served(profile: ProfileData, scope: Scope, window: Window) -> float:
+    """Prompt tokens of the scope's requests that were answered (what the server looked at)."""
+    req = profile.requests
+    if req is None or req.n == 0:
+        return 0.0
+    mask = request_mask(profile, scope, window) & req.status.equals("ok")
+    tokens = req.prompt_tokens[mask]
+    return float(np.nansum(tokens))
 
 
 def _no_class(name: str, classes: tuple[str, ...] | None, reported: Any) -> str:

@@ -84,8 +84,8 @@ NAME_MAPS: dict[str, dict[str, MetricSource]] = {
         "forward_duration_seconds": not_exposed(
             "the bundled server times whole steps (step_duration_seconds), not the forward alone"
         ),
-        "prefix_cache_queries_total": not_exposed("the bundled server has no prefix cache"),
-        "prefix_cache_hits_total": not_exposed("the bundled server has no prefix cache"),
+        "prefix_cache_queries_total": _m("batchgate_prefix_cache_queries_total"),
+        "prefix_cache_hits_total": _m("batchgate_prefix_cache_hits_total"),
         # The rejected counter has no series until a first rejection; aborted always has one.
         "requests_failed_total": _m(
             "batchgate_requests_rejected_total",

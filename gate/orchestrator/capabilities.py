@@ -23,6 +23,7 @@ SERVER_METRIC_NEEDS: dict[str, tuple[tuple[str, ...], bool]] = {
     "server_ttft": (("ttft_seconds",), False),
     "recompute_ratio": (("recomputed_tokens_total", "prefill_tokens_total"), True),
     "preemptions": (("preemptions_total",), True),
+    "prefix_cache_hit_ratio": (("prefix_cache_hits_total", "prefix_cache_queries_total"), False),
     "preemptions_per_request": (("preemptions_total",), True),
     "kv_usage": (("kv_usage_ratio",), True),
     "queue_length": (("num_requests_waiting",), True),

@@ -47,6 +47,10 @@ _DURATION_RATE = {
     "spike_seconds": "spike_rate_rps",
     "duration_seconds": "rate_rps",
 }
+# A trace replay's time scale: "0.5x capacity" replays the window so that its mean output-token
+# rate is half the calibrated capacity; the load generator, which reads the trace, turns the
+# rate into the factor (docs/traces.md).
+_TIME_SCALE_KEYS = ("time_scale",)
 _FACTOR_RE = re.compile(r"^\s*((?:\d+\.?\d*|\.\d+)(?:[eE][-+]?\d+)?)\s*x\s+([a-z]+)\s*$")
 _COUNT_RE = re.compile(r"^\s*(\d+)\s+requests?\s*$")
 
@@ -63,7 +67,14 @@ def relative_values(profile: str, overrides: Mapping[str, Any]) -> dict[str, str
     for key, value in overrides.items():
         if not isinstance(value, str):
             continue
-        if key in _RATE_KEYS:
+        if key in _TIME_SCALE_KEYS:
+            match = _FACTOR_RE.match(value)
+            if not match or match.group(2) != "capacity":
+                raise RelativeError(
+                    f"profiles.{profile}.{key}: {value!r} is not a time scale; write a speed-up "
+                    'factor (2 = twice as fast) or "0.5x capacity"'
+                )
+        elif key in _RATE_KEYS:
             match = _FACTOR_RE.match(value)
             if not match or match.group(2) not in ("capacity", "lone"):
                 raise RelativeError(
@@ -177,9 +188,14 @@ def _absolute(
     resolved: Mapping[str, Any],
     params: Mapping[str, Any],
     calibration: Mapping[str, Any],
-) -> float:
-    """One relative value as a number; `resolved` holds the rates resolved so far."""
+) -> float | dict[str, float]:
+    """One relative value as a number (a time scale: the output-token rate it asks for);
+    `resolved` holds the rates resolved so far."""
     factor = _FACTOR_RE.match(text)
+    if key in _TIME_SCALE_KEYS:
+        multiple = float(factor.group(1))  # type: ignore[union-attr]
+        tokens_per_second = _reference(calibration, "capacity", "short", "output_tokens_per_second")
+        return {"output_tokens_per_second": multiple * tokens_per_second}
     if key in _RATE_KEYS:
         multiple, what = factor.groups()  # type: ignore[union-attr]
         if what == "lone":

@@ -64,6 +64,9 @@ class ProfileData:
     # manifest.json's hardware.gpu: the machine the run was measured from has this GPU, so
     # host memory cannot stand in for device memory (gate.metrics.sampler).
     hardware_gpu: str | None = None
+    # trace.jsonl: the trace window a `trace` profile replayed (docs/records.md), which the
+    # prefix-cache gate's ideal hit ratio is computed from; None for other profiles.
+    trace_window: list[dict[str, Any]] | None = None
 
     def to_wall(self, monotonic_seconds: float) -> float | None:
         """Convert a request-record time to the observers' wall clock (None without anchor)."""
@@ -127,7 +130,7 @@ def _profile(name: str, directory: Path, hardware_gpu: str | None) -> ProfileDat
         notes.append("load.json missing")
     if isinstance(observers, Exception):
         raise observers
-    steps, scrapes, gpu, job_events = observers
+    steps, scrapes, gpu, job_events, trace_window = observers
     notes.extend(observer_notes)
     try:
         abort = read_abort(directory)
@@ -146,6 +149,7 @@ def _profile(name: str, directory: Path, hardware_gpu: str | None) -> ProfileDat
         scrapes=scrapes,
         gpu=gpu,
         job_events=job_events,
+        trace_window=trace_window,
         notes=tuple(notes),
         abort=abort,
         abort_view=view,
@@ -154,11 +158,13 @@ def _profile(name: str, directory: Path, hardware_gpu: str | None) -> ProfileDat
 
 
 def _observer_files(directory: Path, notes: list[str]) -> tuple[Any, ...]:
-    """steps.jsonl's columns, then scrapes.jsonl's, gpu.jsonl's and batch_job.jsonl's records."""
+    """steps.jsonl's columns, then scrapes.jsonl's, gpu.jsonl's, batch_job.jsonl's and
+    trace.jsonl's records."""
     steps = read_steps(directory / "steps.jsonl", notes)
     scrapes = read_jsonl(directory / "scrapes.jsonl", notes)
     gpu = read_samples(directory / "gpu.jsonl", notes)
-    return steps, scrapes, gpu, read_jsonl(directory / "batch_job.jsonl", notes)
+    job_events = read_jsonl(directory / "batch_job.jsonl", notes)
+    return steps, scrapes, gpu, job_events, read_jsonl(directory / "trace.jsonl", notes)
 
 
 def complete_lines(directory: Path) -> dict[str, int]:

@@ -20,6 +20,7 @@ import numpy as np
 from gate import glossary
 from gate.gates.model import Gate, GatesFile
 from gate.metrics.measurements import Events, NoData, Samples, Series
+from gate.metrics.trace_ideal import profile_ideal
 from gate.rundir.run import ProfileData, RunData, provenance
 from gate.stats import Bounds, mean_bounds, quantile_with_bounds
 from gate.units import Threshold, UnitKind
@@ -33,7 +34,7 @@ from gate.verdicts.assess import (
 )
 from gate.verdicts.context import BaselineLike, JudgeContext, make_verdict, measure_key
 from gate.verdicts.model import Status, Verdict
-from gate.verdicts.relative import resolve_relative
+from gate.verdicts.relative import resolve_ideal, resolve_relative
 
 __all__ = ["ITL_PER_CHUNK_NOTE", "verdicts_for"]
 
@@ -81,6 +82,27 @@ def _judge(ctx: JudgeContext, gate: Gate, name: str) -> Verdict:
             gate.fail or gate.warn,
             confidence,
         )
+    ideal_note = None
+    if any(t is not None and t.reference == "ideal" for t in (gate.fail, gate.warn)):
+        ideal = profile_ideal(profile, ctx.run.calibration)
+        if ideal.ratio is None:
+            return make_verdict(
+                gate,
+                name,
+                Status.NO_DATA,
+                Assessment(outcome="no_data", reason=ideal.note),
+                gate.fail or gate.warn,
+                confidence,
+            )
+        gate, ideal_note = resolve_ideal(gate, ideal.ratio), ideal.note
+    if ideal_note is not None:
+        verdict = _judge_thresholds(ctx, gate, name, profile)
+        return dataclasses.replace(verdict, notes=(*verdict.notes, ideal_note))
+    return _judge_thresholds(ctx, gate, name, profile)
+
+
+def _judge_thresholds(ctx: JudgeContext, gate: Gate, name: str, profile: ProfileData) -> Verdict:
+    confidence = ctx.settings.confidence
     if gate.relative_to is not None:
         return _judge_ratio(ctx, gate, profile)
     if gate.regression is not None:

@@ -164,9 +164,25 @@ def _resolve(threshold: Threshold | None, reference: float) -> Threshold | None:
     return dataclasses.replace(threshold.with_value(value, text=text))
 
 
+def resolve_ideal(gate: Gate, ideal: float) -> Gate:
+    """The gate with its "x ideal" thresholds made absolute against `ideal` (a profile's ideal
+    prefix-cache hit ratio, `gate.metrics.prefix_ideal`)."""
+    resolved = {
+        which: _resolve(t, ideal) if t is not None and t.reference == "ideal" else t
+        for which, t in (("fail", gate.fail), ("warn", gate.warn))
+    }
+    return dataclasses.replace(gate, **resolved)
+
+
 def resolve_relative(gate: Gate, calibration: Mapping[str, Any] | None) -> tuple[Gate, str | None]:
     """The gate with absolute thresholds, or (gate, reason it cannot be judged)."""
-    relative = [t for t in (gate.fail, gate.warn) if t is not None and t.reference is not None]
+    # "x ideal" is the profile's own (its replayed trace window): resolved per profile by the
+    # judge (`resolve_ideal`), not from the calibration.
+    relative = [
+        t
+        for t in (gate.fail, gate.warn)
+        if t is not None and t.reference is not None and t.reference != "ideal"
+    ]
     if not relative:
         return gate, None
     classes = gate.scope.length_class or ("short",)
@@ -175,7 +191,7 @@ def resolve_relative(gate: Gate, calibration: Mapping[str, Any] | None) -> tuple
     resolved: dict[str, Threshold | None] = {}
     for which in ("fail", "warn"):
         threshold = getattr(gate, which)
-        if threshold is None or threshold.reference is None:
+        if threshold is None or threshold.reference in (None, "ideal"):
             resolved[which] = threshold
             continue
         reference, problem = _LOOKUPS[threshold.reference](calibration, gate.metric, classes[0])

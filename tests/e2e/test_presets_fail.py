@@ -24,11 +24,24 @@ CASES = [
         "batch_api_priority",
     ),
     ("starved_job", "offline_job", "offline_job_throughput@offline_job", "batch.max_waiting"),
+    ("no_prefix_cache", "trace", "prefix_cache_hit_ratio@trace", "enable_prefix_caching"),
+    (
+        "no_prefix_cache",
+        "chat_sessions",
+        "session_prefix_reuse@chat_sessions",
+        "enable_prefix_caching",
+    ),
+    (
+        "thrash_cache",
+        "chat_sessions",
+        "session_prefix_reuse@chat_sessions",
+        "num_gpu_blocks_override",
+    ),
 ]
 
 
 @pytest.mark.parametrize(
-    ("preset", "profiles", "gate_id", "knob"), CASES, ids=[c[0] for c in CASES]
+    ("preset", "profiles", "gate_id", "knob"), CASES, ids=[f"{c[0]}-{c[1]}" for c in CASES]
 )
 def test_failure_preset_fails_its_gate(
     tmp_path: Path, preset: str, profiles: str, gate_id: str, knob: str

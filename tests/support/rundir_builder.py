@@ -93,10 +93,18 @@ def step_records(
 ) -> list[dict[str, Any]]:
     return [
         {
-            "seq": i, "t": t0 + i * 0.01, "duration_seconds": float(d),
-            "forward_seconds": float(d) * 0.9, "policy": "continuous", "num_seqs": 4,
-            "num_prefill_tokens": 100, "num_decode_tokens": 4, "num_kv_blocks_used": used,
-            "num_kv_blocks_total": total, "num_preemptions": 0, "num_recomputed_tokens": 0,
+            "seq": i,
+            "t": t0 + i * 0.01,
+            "duration_seconds": float(d),
+            "forward_seconds": float(d) * 0.9,
+            "policy": "continuous",
+            "num_seqs": 4,
+            "num_prefill_tokens": 100,
+            "num_decode_tokens": 4,
+            "num_kv_blocks_used": used,
+            "num_kv_blocks_total": total,
+            "num_preemptions": 0,
+            "num_recomputed_tokens": 0,
             "num_waiting": {"interactive": 1, "batch": 2},
             "num_running": {"interactive": 2, "batch": 2},
         }
@@ -248,7 +256,11 @@ def _stage_at(stages: Sequence[Stage], t: float) -> Stage:
 
 
 def _seeded_requests(
-    name: str, stages: Sequence[Stage], rng: np.random.Generator, *, ttft_scale: float,
+    name: str,
+    stages: Sequence[Stage],
+    rng: np.random.Generator,
+    *,
+    ttft_scale: float,
     error_share: float,
 ) -> list[dict[str, Any]]:
     records = []
@@ -269,21 +281,33 @@ def _seeded_requests(
                 round(first + j * 0.02 * float(rng.uniform(0.8, 1.2)) * ttft_scale + j * 1e-6, 6)
                 for j in range(tokens)
             )
-            records.append({
-                "id": f"0-{len(records)}", "profile": name, "stage": stage.name,
-                "priority": "batch" if batch else "interactive",
-                "length_class": "long" if long else "short", "endpoint": "chat", "stream": True,
-                "max_tokens": tokens, "planned_at": planned_at, "sent_at": sent_at,
-                "first_token_at": None if failed else first,
-                "done_at": sent_at + 0.01 if failed else times[-1] + 0.001,
-                "chunk_times": [] if failed else times,
-                "chunk_tokens": [] if failed else [1] * tokens, "chunk_tokens_source": "usage",
-                "prompt_tokens": 64, "output_tokens": None if failed else tokens,
-                "tokens_source": "usage", "status": "http_error" if failed else "ok",
-                "http_status": 503 if failed else 200,
-                "finish_reason": None if failed else "length",
-                "error": "server overloaded" if failed else None, "worker": 0,
-            })
+            records.append(
+                {
+                    "id": f"0-{len(records)}",
+                    "profile": name,
+                    "stage": stage.name,
+                    "priority": "batch" if batch else "interactive",
+                    "length_class": "long" if long else "short",
+                    "endpoint": "chat",
+                    "stream": True,
+                    "max_tokens": tokens,
+                    "planned_at": planned_at,
+                    "sent_at": sent_at,
+                    "first_token_at": None if failed else first,
+                    "done_at": sent_at + 0.01 if failed else times[-1] + 0.001,
+                    "chunk_times": [] if failed else times,
+                    "chunk_tokens": [] if failed else [1] * tokens,
+                    "chunk_tokens_source": "usage",
+                    "prompt_tokens": 64,
+                    "output_tokens": None if failed else tokens,
+                    "tokens_source": "usage",
+                    "status": "http_error" if failed else "ok",
+                    "http_status": 503 if failed else 200,
+                    "finish_reason": None if failed else "length",
+                    "error": "server overloaded" if failed else None,
+                    "worker": 0,
+                }
+            )
     return records
 
 
@@ -303,37 +327,67 @@ def _seeded_observers(
         }
         used = min(int(20 * busy + rng.integers(0, 5)), 128)
         recompute = int(rng.integers(0, 20)) if busy > 2 else 0
-        steps.append({
-            "seq": seq, "t": WALL0 + float(t), "duration_seconds": duration,
-            "forward_seconds": duration * 0.8, "policy": "continuous", "num_seqs": 4,
-            "num_prefill_tokens": 64, "num_decode_tokens": 4, "num_kv_blocks_used": used,
-            "num_kv_blocks_total": 128, "num_preemptions": 1 if recompute else 0,
-            "num_recomputed_tokens": recompute, "num_waiting": waiting,
-            "num_running": {"interactive": 2, "batch": 1},
-        })
+        steps.append(
+            {
+                "seq": seq,
+                "t": WALL0 + float(t),
+                "duration_seconds": duration,
+                "forward_seconds": duration * 0.8,
+                "policy": "continuous",
+                "num_seqs": 4,
+                "num_prefill_tokens": 64,
+                "num_decode_tokens": 4,
+                "num_kv_blocks_used": used,
+                "num_kv_blocks_total": 128,
+                "num_preemptions": 1 if recompute else 0,
+                "num_recomputed_tokens": recompute,
+                "num_waiting": waiting,
+                "num_running": {"interactive": 2, "batch": 1},
+            }
+        )
         recomputed, prefill = recomputed + recompute, prefill + 64
         for le in BUCKETS:
             if le == "+Inf" or duration <= float(le):
                 buckets[le] += 1
         total_sum, count = total_sum + duration, count + 1
         if (seq + 1) % round(SCRAPE_SECONDS / STEP_SECONDS) == 0:
-            scrapes.append({
-                "t": WALL0 + float(t), "phase": "start" if not scrapes else "poll", "ok": True,
-                "error": None, "server_kind": "batchgate",
-                "metrics": {"kv_usage_ratio": used / 128, "kv_blocks_used": used,
-                            "kv_blocks_total": 128, "num_requests_waiting": waiting,
-                            "num_requests_running": {"interactive": 2, "batch": 1},
-                            "recomputed_tokens_total": recomputed, "prefill_tokens_total": prefill,
-                            "step_duration_seconds": {"buckets": dict(buckets), "sum": total_sum,
-                                                      "count": count}},
-                "unavailable": ["device_memory_used_bytes"],
-            })
-            gpu.append({
-                "t": WALL0 + float(t), "source": "process_rss", "device": None,
-                "memory_used_bytes": int(400e6 + 50e6 * busy + rng.integers(0, 5e6)),
-                "memory_total_bytes": None, "utilization_ratio": None, "power_watts": None,
-                "process_memory_bytes": None, "note": "no NVML on this machine",
-            })
+            scrapes.append(
+                {
+                    "t": WALL0 + float(t),
+                    "phase": "start" if not scrapes else "poll",
+                    "ok": True,
+                    "error": None,
+                    "server_kind": "batchgate",
+                    "metrics": {
+                        "kv_usage_ratio": used / 128,
+                        "kv_blocks_used": used,
+                        "kv_blocks_total": 128,
+                        "num_requests_waiting": waiting,
+                        "num_requests_running": {"interactive": 2, "batch": 1},
+                        "recomputed_tokens_total": recomputed,
+                        "prefill_tokens_total": prefill,
+                        "step_duration_seconds": {
+                            "buckets": dict(buckets),
+                            "sum": total_sum,
+                            "count": count,
+                        },
+                    },
+                    "unavailable": ["device_memory_used_bytes"],
+                }
+            )
+            gpu.append(
+                {
+                    "t": WALL0 + float(t),
+                    "source": "process_rss",
+                    "device": None,
+                    "memory_used_bytes": int(400e6 + 50e6 * busy + rng.integers(0, 5e6)),
+                    "memory_total_bytes": None,
+                    "utilization_ratio": None,
+                    "power_watts": None,
+                    "process_memory_bytes": None,
+                    "note": "no NVML on this machine",
+                }
+            )
     scrapes[-1]["phase"] = "end"
     drain = {**scrapes[-1], "t": WALL0 + end + 0.5, "phase": "drain"}
     drain["metrics"] = {**drain["metrics"], "kv_blocks_used": 0, "kv_usage_ratio": 0.0}
@@ -364,11 +418,18 @@ def make_run(
         rows = _seeded_observers(stages, rng, ttft_scale=ttft_scale) if observers else {}
         params = {"stages": [s.name for s in stages], "rates": [s.rate_rps for s in stages]}
         write_profile(
-            root, name, records, **rows,
+            root,
+            name,
+            records,
+            **rows,
             window=(MONO0, MONO0 + stages[-1].end_seconds),
-            stages=[{"name": s.name, "start": MONO0 + s.start_seconds,
-                     "end": MONO0 + s.end_seconds} for s in stages],
-            params=params, params_hash=f"hash-{name}", warmup_seconds=warmup_seconds,
+            stages=[
+                {"name": s.name, "start": MONO0 + s.start_seconds, "end": MONO0 + s.end_seconds}
+                for s in stages
+            ],
+            params=params,
+            params_hash=f"hash-{name}",
+            warmup_seconds=warmup_seconds,
         )
         entries[name] = {"params": params, "params_hash": f"hash-{name}"}
     write_manifest(root, entries, batching=batching)

@@ -2,7 +2,8 @@
 
 Owns what each figure shows and where its numbers come from: latency CDFs (TTFT, ITL, E2E, split by
 priority and length class where a profile has more than one), and time series in bins over the
-profile (offered / achieved / completed rate, rolling p99 TTFT per class, queue length per class,
+profile (offered / achieved / completed rate, rolling p99 TTFT per class, the prefix-cache hit
+ratio of a replayed trace, queue length per class,
 the offline job's timeline beside the chat latency, KV usage, memory, step latency), each bin's
 value being `gate.metrics.derive.measure` on the profile clipped to that bin
 (`gate.outputs.html.slices`). Stages (burst baseline / spike / recovery) and the warm-up become
@@ -383,6 +384,7 @@ def _time_figures(profile: ProfileData, axis: TimeAxis) -> list[Figure]:
         step_note = f"estimate from the step histogram over the trailing {step_trail:.3g} s"
     slices = _Slices(profile)
     job = _job_figure(profile, axis, bands)
+    hits = _hit_ratio_figure(slices, profile, axis, bands)
     return [
         _rate_figure(profile, axis, bands),
         _series_figure(
@@ -391,6 +393,7 @@ def _time_figures(profile: ProfileData, axis: TimeAxis) -> list[Figure]:
             trail=rolling, note=f"p99 of requests sent in the trailing {rolling:.3g} s",
         ),
         *([job] if job is not None else []),
+        *([hits] if hits is not None else []),
         _series_figure(
             slices, axis, bands, key="queue", title="Queue length per priority class",
             y_label="waiting requests", y_unit=UnitKind.COUNT, metric="queue_length",
@@ -413,6 +416,26 @@ def _time_figures(profile: ProfileData, axis: TimeAxis) -> list[Figure]:
             note=step_note,
         ),
     ]  # fmt: skip
+
+
+def _hit_ratio_figure(
+    slices: _Slices, profile: ProfileData, axis: TimeAxis, bands: tuple[Band, ...]
+) -> Figure | None:
+    """The prefix-cache hit ratio over time (the server's counters between scrapes), for a
+    replayed trace or a target that counts prefix-cache lookups; None otherwise."""
+    counted = any(
+        "prefix_cache_queries_total" in (s.get("metrics") or {}) for s in profile.scrapes or []
+    )
+    if profile.trace_window is None and not counted:
+        return None
+    # A counter's change needs two scrapes in the bin: trail over a few of them.
+    trail = max(3 * axis.bin_seconds, _HISTOGRAM_TRAIL_SECONDS)
+    return _series_figure(
+        slices, axis, bands, key="prefix-hits", title="Prefix-cache hit ratio",
+        y_label="hit tokens / prompt tokens", y_unit=UnitKind.RATIO,
+        metric="prefix_cache_hit_ratio", curves=[("hit ratio", "final", Scope())], trail=trail,
+        note=f"the server's hits / queries over the trailing {trail:.3g} s",
+    )  # fmt: skip
 
 
 _TIME_FIGURES = (

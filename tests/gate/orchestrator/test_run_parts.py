@@ -66,7 +66,15 @@ def test_suite_keeps_the_gates_of_the_profiles_run(tmp_path: Path) -> None:
     full = select_suite(
         gates,
         text,
-        ["night_trickle", "burst", "mixed_lengths", "priority_mix", "offline_job"],
+        [
+            "night_trickle",
+            "burst",
+            "mixed_lengths",
+            "priority_mix",
+            "offline_job",
+            "trace",
+            "chat_sessions",
+        ],  # fmt: skip
         tmp_path / "all",
     )
     assert full.skipped == ()
@@ -180,7 +188,10 @@ def test_without_a_batch_api_the_offline_job_gates_and_profile_are_left_out(
     from gate.orchestrator.target import TargetInfo
 
     gates = load(GATES)
-    profiles = ["night_trickle", "burst", "mixed_lengths", "priority_mix", "offline_job"]
+    profiles = [
+        "night_trickle", "burst", "mixed_lengths", "priority_mix", "offline_job", "trace",
+        "chat_sessions",
+    ]  # fmt: skip
     why = "the target has no Batch API (/v1/batches answered HTTP 404)"
     info = TargetInfo(
         url="http://127.0.0.1:9", server_kind="openai", model="m", batching=None, no_batch_api=why
