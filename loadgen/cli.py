@@ -19,11 +19,13 @@ from typing import Any
 
 from loadgen.config import RunConfig
 from loadgen.errors import ConfigError, TargetUnreachableError
+from loadgen.prefix_text import candidate_words
 from loadgen.probe import (
     probe_context_tokens,
     probe_continuous_usage,
     probe_is_bundled,
     probe_target,
+    probe_token_units,
 )
 from loadgen.profiles import CONTINUOUS_USAGE, PROFILES, SCALES, check_plans_requests, resolve
 
@@ -185,7 +187,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         if spec.params["context_tokens"] is None:
             overrides["context_tokens"] = probe_context_tokens(args.target, **probe)
         if spec.params["tokenizer"] == "auto":
-            overrides["tokenizer"] = "bytes" if probe_is_bundled(args.target, **probe) else "words"
+            overrides["tokenizer"] = _resolve_tokenizer(args, model or "default", overrides)
         try:
             resolve(args.profile, overrides, args.scale)
         except ConfigError as exc:
@@ -214,6 +216,20 @@ def main(argv: Sequence[str] | None = None) -> int:
         print(f"loadgen: error: {exc}", file=sys.stderr)
         return EXIT_NO_DATA
     return EXIT_OK if load.get("ended") == "completed" else EXIT_NO_DATA
+
+
+def _resolve_tokenizer(args: argparse.Namespace, model: str, overrides: dict[str, Any]) -> str:
+    """`tokenizer: auto`: exact bytes on the bundled server; elsewhere the common words the
+    target's own `/tokenize` counts as one token each (vLLM, llama.cpp), put in `token_units`
+    so every worker uses the same; else the unverified approximate words."""
+    probe = {"api_key": args.api_key, "timeout_seconds": 10.0}
+    if probe_is_bundled(args.target, **probe):
+        return "bytes"
+    units = probe_token_units(args.target, candidate_words(), model=model, api_key=args.api_key)
+    if units is None:
+        return "words"
+    overrides["token_units"] = units
+    return "target"
 
 
 def _resolve_continuous_usage(args: argparse.Namespace, params: dict[str, Any]) -> str:

@@ -44,6 +44,7 @@ _NULLABLE: dict[str, Any] = {
     "max_input_tokens": 0,
     "max_output_tokens": 0,
     "context_tokens": 0,
+    "token_units": [],
 }
 # Parameters that take more than one type; the profile that owns them checks their value.
 _FREE_FORM = frozenset({"time_scale"})

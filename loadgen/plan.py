@@ -22,7 +22,7 @@ from dataclasses import dataclass
 
 from loadgen.arrivals import generate_arrivals
 from loadgen.dataset import DatasetEntry, load_dataset
-from loadgen.prefix_text import BlockText, token_units
+from loadgen.prefix_text import BlockText, target_units, token_units
 from loadgen.profiles import ProfileSpec, TrafficClass
 
 __all__ = ["PlannedRequest", "RequestFactory", "build_plan", "trace_plan"]
@@ -168,7 +168,10 @@ def trace_plan(
     conversation (requests with a `session`) stays on one worker, which sends its turns in order."""
     replay = spec.replay
     assert replay is not None
-    units = token_units(_tokenizer(spec.params["tokenizer"]))
+    if spec.params["tokenizer"] == "target":
+        units = target_units(spec.params["token_units"] or (), "the target's /tokenize")
+    else:
+        units = token_units(_tokenizer(spec.params["tokenizer"]))
     distinct = len({h for r in replay.requests for h in r.hash_ids})
     text = BlockText(units, max_cached_blocks=max(distinct, 1))
     exact = bool(spec.params["exact_output"])

@@ -40,7 +40,9 @@ __all__ = [
     "TokenUnits",
     "approximate_units",
     "byte_units",
+    "candidate_words",
     "hf_units",
+    "target_units",
     "token_units",
 ]
 
@@ -92,6 +94,18 @@ def approximate_units() -> TokenUnits:
     return TokenUnits(
         units=tuple(f" {w}" for w in _COMMON_WORDS_TEXT.split()), source="approximate", exact=False
     )
+
+
+def target_units(units: Sequence[str], source: str) -> TokenUnits:
+    """Units the target itself counted as one token each (its `/tokenize`), `source` naming it."""
+    if len(units) < 2 or not all(isinstance(u, str) and u for u in units):
+        raise ConfigError("token_units: needs at least two non-empty strings")
+    return TokenUnits(units=tuple(units)[:_MAX_UNITS], source=source, exact=True)
+
+
+def candidate_words() -> tuple[str, ...]:
+    """The approximate vocabulary's units, which a target's `/tokenize` can verify."""
+    return approximate_units().units
 
 
 def token_units(tokenizer: str | Path | None) -> TokenUnits:

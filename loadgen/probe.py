@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import json
 import time
+from collections.abc import Sequence
 
 from loadgen.errors import TargetUnreachableError
 from loadgen.httpconn import HttpConnection, ProtocolError, Target, parse_target
@@ -24,6 +25,7 @@ __all__ = [
     "probe_continuous_usage",
     "probe_is_bundled",
     "probe_target",
+    "probe_token_units",
 ]
 
 # Metric name prefixes of the servers that put cumulative usage on every chunk when asked:
@@ -103,6 +105,64 @@ def _props_context(obj: dict) -> object:
     if n_ctx is None and isinstance(settings, dict):
         n_ctx = settings.get("n_ctx")
     return n_ctx
+
+
+def _token_count(
+    target: Target, url: str, path: str, text: str, *, model: str, api_key: str | None
+) -> int | None:
+    """Tokens of `text` by the target's own `/tokenize`, without special tokens: llama.cpp
+    (`content`, answers `tokens`) and vLLM (`prompt`, answers `count` and `tokens`)."""
+    body = json.dumps(
+        {"content": text, "prompt": text, "model": model, "add_special": False,
+         "add_special_tokens": False}
+    ).encode()  # fmt: skip
+    headers = {"Host": target.host_header, "Content-Type": "application/json"}
+    if api_key:
+        headers["Authorization"] = f"Bearer {api_key}"
+    deadline = time.monotonic() + 10.0
+    try:
+        conn = HttpConnection(target, connect_timeout_seconds=10.0)
+    except OSError:
+        return None
+    try:
+        conn.send_request("POST", path, headers, body)
+        status, resp_headers, _ = conn.read_head(deadline)
+        data = b"".join(piece for piece, _ in conn.iter_body(resp_headers, deadline))
+        obj = json.loads(data) if status == 200 else None
+    except (OSError, ProtocolError, ValueError):
+        return None
+    finally:
+        conn.close()
+    if not isinstance(obj, dict):
+        return None
+    count = obj.get("count")
+    tokens = obj.get("tokens")
+    if isinstance(count, int) and not isinstance(count, bool):
+        return count
+    return len(tokens) if isinstance(tokens, list) else None
+
+
+def probe_token_units(
+    url: str, candidates: Sequence[str], *, model: str, api_key: str | None
+) -> list[str] | None:
+    """The candidates the target's `/tokenize` counts as one token each and that keep their
+    count when concatenated (checked on a 256-unit sample); None when the target has no
+    `/tokenize` or too few units pass. One request per candidate, before any load."""
+    target = _target(url)
+    path = f"{target.base_path.removesuffix('/v1')}/tokenize"
+    single = []
+    for unit in candidates:
+        count = _token_count(target, url, path, unit, model=model, api_key=api_key)
+        if count is None and not single:
+            return None  # no /tokenize (or not this shape): nothing to verify with
+        if count == 1:
+            single.append(unit)
+    if len(single) < 16:
+        return None
+    sample = "".join(single[(i * 7) % len(single)] for i in range(256))
+    if _token_count(target, url, path, sample, model=model, api_key=api_key) != 256:
+        return None
+    return single
 
 
 def probe_is_bundled(url: str, *, api_key: str | None, timeout_seconds: float) -> bool:

@@ -356,6 +356,7 @@ PROFILES: dict[str, tuple[dict[str, Any], _Builder, str]] = {
             "max_output_tokens": None,
             "context_tokens": None,  # the target's context; `batchgate load` asks the target
             "tokenizer": "auto",
+            "token_units": None,  # with tokenizer "target": the units its /tokenize verified
             "exact_output": True,
             "priority": "interactive",
             "prompt_tokens": _short_chat(),  # unused: lengths come from the trace

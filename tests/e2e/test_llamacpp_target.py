@@ -12,6 +12,7 @@ missing server is a failure.
 
 from __future__ import annotations
 
+import json
 import os
 import socket
 import subprocess
@@ -144,6 +145,17 @@ def test_default_suite_against_llama_server(tmp_path: Path, llama_server: str) -
     assert all(v["status"] == "pass" for v in by_gate["no_errors"]), by_gate["no_errors"]
     assert all(v["status"] == "pass" for v in by_gate["measurement_valid"])
     assert verdicts["exit_code"] == done.returncode
+    # The trace replay: prompts from the words llama.cpp's /tokenize counts as one token each
+    # (exact lengths: none refused for its context), the cached tokens it reports recorded, and
+    # its hit ratio judged against the window's ideal.
+    trace_load = read_json(run_dir / "trace" / "load.json")
+    assert trace_load["params"]["tokenizer"] == "target", trace_load["params"]["tokenizer"]
+    records = [
+        json.loads(line) for line in (run_dir / "trace" / "requests.jsonl").read_text().splitlines()
+    ]
+    assert records and all(r["cached_tokens"] is not None for r in records if r["status"] == "ok")
+    assert any(r["cached_tokens"] for r in records)
+    assert by_gate["prefix_cache_hit_ratio"][0]["status"] in ("pass", "fail"), by_gate
     # The listed gates reach the human-readable outputs too.
     summary = (run_dir / "summary.md").read_text(encoding="utf-8")
     assert "gate burst_recompute_ratio: not measurable on this llamacpp target" in summary

@@ -17,7 +17,10 @@ from e2e_support import (
 
 pytestmark = pytest.mark.slow
 
-PROFILES = ("night_trickle", "burst", "mixed_lengths", "priority_mix", "offline_job")
+PROFILES = (
+    "night_trickle", "burst", "mixed_lengths", "priority_mix", "offline_job", "trace",
+    "chat_sessions",
+)  # fmt: skip
 PROFILE_FILES = ("requests.jsonl", "load.json", "scrapes.jsonl", "gpu.jsonl", "steps.jsonl")
 
 

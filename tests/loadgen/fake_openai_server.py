@@ -68,6 +68,7 @@ class State:
         self.max_in_flight = 0
         self.ttft_seconds: list[float] = []  # server-side: request read -> first content written
         self.stop = threading.Event()
+        self.tokenize: bool = args.tokenize
 
     def admit(self, path: str, user_agent: str = "") -> tuple[int, dict[str, Any], str]:
         """Count a completion request; return its number, a snapshot of options, its fault."""
@@ -162,6 +163,16 @@ class Handler(BaseHTTPRequestHandler):
         raw = self._read_body()
         if self.path == "/control":
             self._control(raw)
+            return
+        if self.path == "/tokenize" and self.state.tokenize:
+            # llama.cpp's shape: a word of up to 4 letters (with its leading space) is one
+            # token, a longer one two; anything else one token per character.
+            text = json.loads(raw or b"{}").get("content", "")
+            count = sum(
+                (1 if len(w) <= 4 else 2) if w.isalpha() else len(w)
+                for w in text.split(" ") if w
+            )  # fmt: skip
+            self._json(200, {"tokens": list(range(count))})
             return
         if self.path not in ("/v1/chat/completions", "/v1/completions"):
             self._json(404, {"error": {"message": f"no route {self.path}", "type": "not_found"}})
@@ -367,6 +378,9 @@ def build_parser() -> argparse.ArgumentParser:
         help="when the N-th completion request arrives, stall every response",
     )
     p.add_argument("--stall-ms", type=float, default=1000.0, help="length of that stall")
+    p.add_argument(
+        "--tokenize", action="store_true", help="serve llama.cpp's POST /tokenize (word counts)"
+    )
     return p
 
 

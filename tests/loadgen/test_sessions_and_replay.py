@@ -129,11 +129,16 @@ def test_trace_plan_sends_each_line_at_its_scaled_time_with_shared_prefixes(tmp_
 
 
 def test_trace_clamps_to_the_context_and_counts_what_it_clamped(tmp_path) -> None:
-    spec = resolve("trace", {"path": str(_jsonl_trace(tmp_path)), "context_tokens": 512})
+    path = str(_jsonl_trace(tmp_path))
+    spec = resolve("trace", {"path": path, "context_tokens": 512, "tokenizer": "bytes"})
     assert spec.replay is not None
     summary = spec.replay.summary()
     assert summary["input_clamped"] == 1 and summary["max_input_tokens"] == 512 - 8 - 32
     assert max(r.input_tokens + r.output_tokens for r in spec.replay.requests) <= 512
+    # Unverified word units may take more than a token each: half the room.
+    words = resolve("trace", {"path": path, "context_tokens": 512, "tokenizer": "words"})
+    assert words.replay is not None
+    assert words.replay.summary()["max_input_tokens"] == (512 - 8 - 32) // 2
 
 
 @pytest.mark.parametrize(
@@ -191,6 +196,23 @@ def test_trace_run_writes_the_window_and_records_each_line(fake_server, tmp_path
     window = [json.loads(line) for line in (out / "trace.jsonl").read_text().splitlines()]
     assert [w["trace_index"] for w in window] == [0, 1, 2]
     assert window[1]["timestamp"] == 0.125 and window[0]["block_tokens"] == 16
+
+
+def test_a_target_tokenize_endpoint_picks_the_words_it_counts_as_one_token(
+    fake_server, tmp_path
+) -> None:
+    server = fake_server("--ttft-ms", "1", "--itl-ms", "1", "--tokenize")
+    out = tmp_path / "trace"
+    result = run_loadgen(
+        "--target", server.url, "--profile", "trace", "--out", str(out),
+        "--set", f"path={_jsonl_trace(tmp_path)}", "--set", "time_scale=4",
+    )  # fmt: skip
+    assert result.returncode == 0, result.stderr
+    params = read_load(out)["params"]
+    assert params["tokenizer"] == "target"
+    units = params["token_units"]
+    assert units and all(len(u.strip()) <= 4 and u.startswith(" ") for u in units)
+    assert " the" in units and " about" not in units
 
 
 def test_a_bailian_turn_waits_for_its_parent_answer(fake_server, tmp_path) -> None:
