@@ -182,6 +182,20 @@ def _lengths(
     return input_tokens, output_tokens
 
 
+def _lengths_and_hash_ids(
+    error: LineError, number: int, obj: dict[str, Any]
+) -> tuple[tuple[int, int] | None, tuple[int, ...]]:
+    """`input_length`, `output_length` and `hash_ids` of a Mooncake or Bailian line."""
+    lengths = _lengths(
+        error,
+        number,
+        _required(error, number, obj, "input_length"),
+        _required(error, number, obj, "output_length"),
+        ("input_length", "output_length"),
+    )
+    return lengths, as_hash_ids(error, number, "hash_ids", obj.get("hash_ids", []))
+
+
 def _mooncake(where: str, text: str) -> tuple[tuple[TraceRequest, ...], int]:
     error = LineError(where)
     rows: list[_Row] = []
@@ -190,14 +204,7 @@ def _mooncake(where: str, text: str) -> tuple[tuple[TraceRequest, ...], int]:
         stamp = as_seconds(
             error, number, "timestamp", _required(error, number, obj, "timestamp"), " (ms)"
         )
-        lengths = _lengths(
-            error,
-            number,
-            _required(error, number, obj, "input_length"),
-            _required(error, number, obj, "output_length"),
-            ("input_length", "output_length"),
-        )
-        hash_ids = as_hash_ids(error, number, "hash_ids", obj.get("hash_ids", []))
+        lengths, hash_ids = _lengths_and_hash_ids(error, number, obj)
         if lengths is None:
             skipped += 1
             continue
@@ -276,14 +283,7 @@ def _bailian(where: str, text: str) -> tuple[tuple[TraceRequest, ...], int]:
         stamp = as_seconds(
             error, number, "timestamp", _required(error, number, obj, "timestamp"), " (seconds)"
         )
-        lengths = _lengths(
-            error,
-            number,
-            _required(error, number, obj, "input_length"),
-            _required(error, number, obj, "output_length"),
-            ("input_length", "output_length"),
-        )
-        hash_ids = as_hash_ids(error, number, "hash_ids", obj.get("hash_ids", []))
+        lengths, hash_ids = _lengths_and_hash_ids(error, number, obj)
         turn = as_count(error, number, "turn", obj["turn"], 1) - 1 if "turn" in obj else None
         # A parent missing from the file began before it: its id still names the conversation.
         session = chat_id if parent is None else session_of.get(parent, parent)
