@@ -157,6 +157,17 @@ def server(
             return NoData(reason=str(exc))
         if hits is None or queries is None:
             missing = names[0] if hits is None else names[1]
+            rates = [
+                float(s["metrics"]["prefix_cache_hit_rate"])
+                for s in scrapes
+                if isinstance(s["metrics"].get("prefix_cache_hit_rate"), (int, float))
+            ]
+            if rates:  # SGLang: its own recent hit rate, sampled at each scrape
+                return Scalar(
+                    value=float(np.mean(rates)),
+                    n=len(rates),
+                    note="estimate: the mean of the server's hit-rate gauge over the scrapes",
+                )
             return NoData(reason=_unavailable(profile, missing))
         if queries <= 0:
             # vLLM (and the bundled server) count no lookups while prefix caching is off: with

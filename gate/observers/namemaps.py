@@ -73,6 +73,7 @@ GLOSSARY_NAMES = (
     "forward_duration_seconds",
     "prefix_cache_queries_total",
     "prefix_cache_hits_total",
+    "prefix_cache_hit_rate",
     "requests_failed_total",
 )
 
@@ -101,6 +102,7 @@ GLOSSARY_UNITS: dict[str, tuple[str, str]] = {
     "forward_duration_seconds": ("histogram", "seconds of the model forward pass per batch"),
     "prefix_cache_queries_total": ("counter", "prompt tokens looked up in the prefix cache"),
     "prefix_cache_hits_total": ("counter", "prompt tokens found in the prefix cache"),
+    "prefix_cache_hit_rate": ("gauge", "recent prefix-cache hit rate, 0..1 (SGLang's own)"),
     "requests_failed_total": ("counter", "requests refused, aborted or failed"),
 }
 

@@ -55,6 +55,8 @@ def not_exposed(reason: str) -> MetricSource:
 
 
 _PROCESS_RSS = _m("process_resident_memory_bytes")
+# Servers with hit and query counters: the hit ratio comes from them, exact over any window.
+_COUNTED_HITS = not_exposed("counted exactly by prefix_cache_hits_total / queries_total instead")
 _NO_DEVICE_MEMORY = not_exposed(
     "no device-memory gauge on /metrics; the device-memory sampler (gpu.jsonl) measures it"
 )
@@ -86,6 +88,7 @@ NAME_MAPS: dict[str, dict[str, MetricSource]] = {
         ),
         "prefix_cache_queries_total": _m("batchgate_prefix_cache_queries_total"),
         "prefix_cache_hits_total": _m("batchgate_prefix_cache_hits_total"),
+        "prefix_cache_hit_rate": _COUNTED_HITS,
         # The rejected counter has no series until a first rejection; aborted always has one.
         "requests_failed_total": _m(
             "batchgate_requests_rejected_total",
@@ -141,6 +144,7 @@ NAME_MAPS: dict[str, dict[str, MetricSource]] = {
         "prefix_cache_hits_total": _m(
             "vllm:prefix_cache_hits_total", "vllm:gpu_prefix_cache_hits_total"
         ),
+        "prefix_cache_hit_rate": _COUNTED_HITS,
         "requests_failed_total": not_exposed(
             "vLLM counts no refused or failed requests on /metrics"
         ),
@@ -188,6 +192,7 @@ NAME_MAPS: dict[str, dict[str, MetricSource]] = {
             "SGLang exports a hit-rate gauge (sglang:cache_hit_rate), no query counter"
         ),
         "prefix_cache_hits_total": _m("sglang:cached_tokens_total"),
+        "prefix_cache_hit_rate": _m("sglang:cache_hit_rate", combine="max"),
         "requests_failed_total": not_exposed(
             "SGLang counts aborted requests only (sglang:num_aborted_requests_total), not refusals"
         ),
@@ -223,6 +228,7 @@ NAME_MAPS: dict[str, dict[str, MetricSource]] = {
         "forward_duration_seconds": _m("tgi_batch_forward_duration", shape="histogram"),
         "prefix_cache_queries_total": not_exposed("TGI exports no prefix-cache counters"),
         "prefix_cache_hits_total": not_exposed("TGI exports no prefix-cache counters"),
+        "prefix_cache_hit_rate": not_exposed("TGI exports no prefix-cache metrics"),
         # Summed over its `err` label (validation, overloaded, dropped, incomplete, ...).
         "requests_failed_total": _m("tgi_request_failure_total"),
     },
@@ -263,6 +269,7 @@ NAME_MAPS: dict[str, dict[str, MetricSource]] = {
             "llamacpp:prompt_tokens_total", "llamacpp:prompt_tokens_cached_total", shape="sum_all"
         ),
         "prefix_cache_hits_total": _m("llamacpp:prompt_tokens_cached_total"),
+        "prefix_cache_hit_rate": _COUNTED_HITS,
         "requests_failed_total": not_exposed("llama.cpp has no failed-request counter"),
     },
     "unknown": {"process_resident_memory_bytes": _PROCESS_RSS},

@@ -14,7 +14,12 @@ from gate import glossary
 from gate.gates.model import Gate
 from gate.orchestrator.target import TargetInfo
 
-__all__ = ["BATCH_API_PROFILES", "SERVER_METRIC_NEEDS", "unmeasurable_reason"]
+__all__ = [
+    "BATCH_API_PROFILES",
+    "SERVER_METRIC_FALLBACKS",
+    "SERVER_METRIC_NEEDS",
+    "unmeasurable_reason",
+]
 
 # Glossary metric -> (scrape names that must all be available, whether step records suffice).
 SERVER_METRIC_NEEDS: dict[str, tuple[tuple[str, ...], bool]] = {
@@ -29,6 +34,11 @@ SERVER_METRIC_NEEDS: dict[str, tuple[tuple[str, ...], bool]] = {
     "queue_length": (("num_requests_waiting",), True),
     "running_requests": (("num_requests_running",), True),
 }
+
+
+# A scrape name that stands in when the needs are missing: SGLang's hit-rate gauge (an estimate)
+# for the hit ratio it has no query counter for.
+SERVER_METRIC_FALLBACKS: dict[str, str] = {"prefix_cache_hit_ratio": "prefix_cache_hit_rate"}
 
 
 # The load generator's profile that submits a Batch API job (the gate package does not import
@@ -59,5 +69,8 @@ def unmeasurable_reason(gate: Gate, info: TargetInfo) -> str | None:
         return None
     missing = [f"{name}: {info.unavailable[name]}" for name in names if name in info.unavailable]
     if not missing:
+        return None
+    fallback = SERVER_METRIC_FALLBACKS.get(gate.metric)
+    if fallback is not None and fallback not in info.unavailable:
         return None
     return f"not measurable on this {info.server_kind} target ({'; '.join(missing)})"

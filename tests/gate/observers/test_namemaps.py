@@ -170,7 +170,7 @@ def test_bundled_server_maps_everything_but_what_it_does_not_have():
     assert detect_server_kind(parse_exposition(text)) == "batchgate"
     metrics, unavailable = mapped(text)
     assert set(unavailable) == not_exposed_in("batchgate")
-    assert set(unavailable) == {"forward_duration_seconds"}
+    assert set(unavailable) == {"forward_duration_seconds", "prefix_cache_hit_rate"}
     assert metrics["prefix_cache_queries_total"] == 900
     assert metrics["prefix_cache_hits_total"] == 300
     assert metrics["num_requests_running"] == {"batch": 5, "interactive": 3}
@@ -219,6 +219,7 @@ def test_vllm_fixture_maps_each_metric_with_its_value():
     assert metrics["process_resident_memory_bytes"] == 1.5e9
     assert metrics["prefix_cache_queries_total"] == 1200
     assert metrics["prefix_cache_hits_total"] == 320
+    assert "prefix_cache_hit_rate" in unavailable  # the counters give the exact ratio
     assert metrics["ttft_seconds"]["buckets"] == {"0.1": 3, "1.0": 9, "+Inf": 15}
     assert metrics["queue_time_seconds"]["buckets"] == {"0.3": 12, "1.0": 14, "+Inf": 15}
     assert metrics["queue_time_seconds"]["sum"] == pytest.approx(2.5)
@@ -235,7 +236,21 @@ def test_vllm_fixture_maps_each_metric_with_its_value():
         "device_memory_used_bytes",
         "forward_duration_seconds",
         "requests_failed_total",
+        "prefix_cache_hit_rate",
     }
+
+
+def test_sglang_has_no_query_counter_so_its_hit_rate_gauge_stands_in():
+    samples = parse_exposition(
+        "# TYPE sglang:cache_hit_rate gauge\n"
+        'sglang:cache_hit_rate{model_name="m"} 0.25\n'
+        "# TYPE sglang:cached_tokens counter\n"
+        'sglang:cached_tokens_total{model_name="m"} 700\n'
+    )
+    metrics, unavailable = map_metrics("sglang", samples)
+    assert metrics["prefix_cache_hit_rate"] == pytest.approx(0.25)
+    assert metrics["prefix_cache_hits_total"] == 700
+    assert "prefix_cache_queries_total" in unavailable
 
 
 def test_vllm_cannot_give_recompute_or_kv_leak_and_says_why():
@@ -318,7 +333,6 @@ def test_unmapped_names_stay_unmapped():
         "sglang": {
             "sglang:func_latency_seconds",
             "sglang:gen_throughput",
-            "sglang:cache_hit_rate",
             "sglang:num_retracted_reqs",
             "sglang:num_aborted_requests_total",
             "sglang:e2e_request_latency_seconds",

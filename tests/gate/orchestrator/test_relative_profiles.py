@@ -165,3 +165,15 @@ def test_a_malformed_client_section_is_named_not_a_traceback(client):
             {}, {"base_rate_rps": "1x capacity"}, {}, {**CALIBRATION, "client": client}
         )
     assert int(info.value.exit_code) == 5
+
+
+def test_a_relative_time_scale_becomes_the_output_token_rate_it_asks_for():
+    overrides = {"time_scale": "0.1x capacity", "length_scale": 0.03125}
+    relative = relative_values("trace", overrides)
+    assert relative == {"time_scale": "0.1x capacity"}
+    assert placeholders(overrides, relative)["time_scale"] == 1.0
+    resolved = absolute_overrides(overrides, relative, {}, CALIBRATION)
+    assert resolved["time_scale"] == {"output_tokens_per_second": pytest.approx(120.0)}
+    for bad in ("0.1x lone", "fast", "0x capacity"):
+        with pytest.raises(RelativeError, match=r"time_scale|positive"):
+            relative_values("trace", {"time_scale": bad})

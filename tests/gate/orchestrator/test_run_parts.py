@@ -74,7 +74,7 @@ def test_suite_keeps_the_gates_of_the_profiles_run(tmp_path: Path) -> None:
             "offline_job",
             "trace",
             "chat_sessions",
-        ],  # fmt: skip
+        ],
         tmp_path / "all",
     )
     assert full.skipped == ()

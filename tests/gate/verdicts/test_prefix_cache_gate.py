@@ -96,3 +96,16 @@ def test_the_ideal_fits_only_the_hit_ratio() -> None:
             ),
             path="g.yaml",
         )
+
+
+def test_sglangs_hit_rate_gauge_stands_in_for_counters_it_does_not_have(tmp_path) -> None:
+    scrapes = [
+        {"t": WALL0 + t, "phase": "poll", "ok": True, "unavailable": ["prefix_cache_queries_total"],
+         "metrics": {"prefix_cache_hits_total": 10 * t, "prefix_cache_hit_rate": rate}}
+        for t, rate in ((0.1, 0.3), (0.2, 0.4), (0.3, 0.5))
+    ]  # fmt: skip
+    directory = write_profile(tmp_path, "trace", request_records(40), scrapes=scrapes)
+    (directory / "trace.jsonl").write_text("".join(json.dumps(w) + "\n" for w in WINDOW))
+    (verdict,) = evaluate(load_run(tmp_path), loads(GATES, path="g.yaml")).verdicts
+    assert verdict.status.value == "pass" and verdict.value == pytest.approx(0.4)
+    assert "hit-rate gauge" in verdict.reason
