@@ -39,6 +39,8 @@ PURE = [
     "loadgen.errors",
     "loadgen.locust",  # the package itself: its __init__ imports nothing
     "loadgen.conversations",
+    "loadgen.catalogue",
+    "loadgen.profile_spec",
     "loadgen.replay",
     "loadgen.prefix_text",
     "loadgen.traces",
