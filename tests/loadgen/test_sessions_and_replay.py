@@ -179,14 +179,19 @@ def test_the_default_trace_is_the_packaged_excerpt_from_any_directory(tmp_path) 
     assert len(spec.replay.requests) > 20
 
 
-def test_trace_run_writes_the_window_and_records_each_line(fake_server, tmp_path) -> None:
-    server = fake_server("--ttft-ms", "1", "--itl-ms", "1")
+def _replay(server, tmp_path: Path) -> Path:
+    """The small jsonl trace replayed four times as fast against `server`; its output dir."""
     out = tmp_path / "trace"
     result = run_loadgen(
         "--target", server.url, "--profile", "trace", "--out", str(out),
         "--set", f"path={_jsonl_trace(tmp_path)}", "--set", "time_scale=4",
     )  # fmt: skip
     assert result.returncode == 0, result.stderr
+    return out
+
+
+def test_trace_run_writes_the_window_and_records_each_line(fake_server, tmp_path) -> None:
+    out = _replay(fake_server("--ttft-ms", "1", "--itl-ms", "1"), tmp_path)
     records, load = read_records(out), read_load(out)
     assert validate_load_json(load) == [] and all(validate_record(r) == [] for r in records)
     assert sorted(r["trace_index"] for r in records) == [0, 1, 2]
@@ -201,13 +206,7 @@ def test_trace_run_writes_the_window_and_records_each_line(fake_server, tmp_path
 def test_a_target_tokenize_endpoint_picks_the_words_it_counts_as_one_token(
     fake_server, tmp_path
 ) -> None:
-    server = fake_server("--ttft-ms", "1", "--itl-ms", "1", "--tokenize")
-    out = tmp_path / "trace"
-    result = run_loadgen(
-        "--target", server.url, "--profile", "trace", "--out", str(out),
-        "--set", f"path={_jsonl_trace(tmp_path)}", "--set", "time_scale=4",
-    )  # fmt: skip
-    assert result.returncode == 0, result.stderr
+    out = _replay(fake_server("--ttft-ms", "1", "--itl-ms", "1", "--tokenize"), tmp_path)
     params = read_load(out)["params"]
     assert params["tokenizer"] == "target"
     units = params["token_units"]
