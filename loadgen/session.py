@@ -24,6 +24,7 @@ from loadgen.client import ClientConfig, OpenAIClient, RequestCancelled
 from loadgen.config import RunConfig
 from loadgen.conversations import ConversationFactory
 from loadgen.cpu import CpuMeter
+from loadgen.deadline import DeadlineTimer
 from loadgen.httpconn import parse_target
 from loadgen.lengths import LengthDist
 from loadgen.plan import PlannedRequest, RequestFactory, build_plan
@@ -104,19 +105,21 @@ class LoadSession:
         self.planned = len(self.plan)
         # A trace conversation's turn waits for its parent's answer (docs/traces.md).
         answered = {r.chat_id: gevent.event.Event() for r in self.plan if r.chat_id is not None}
-        for req in self.plan:
-            planned_at = t0 + req.offset_seconds
-            delay = planned_at - time.monotonic()
-            if delay > 0:
-                gevent.sleep(delay)
-            if self.stopping:
-                return
-            if self.cap.locked():
-                self.cap_reached += 1
-            if answered:
-                self.group.spawn(self._turn, req, planned_at, answered)
-            else:
-                self.group.spawn(self._one, req, planned_at)
+        timer = DeadlineTimer()  # gevent.sleep wakes up to ~1 ms late (loadgen/deadline.py)
+        try:
+            for req in self.plan:
+                planned_at = t0 + req.offset_seconds
+                timer.sleep_until(planned_at)
+                if self.stopping:
+                    return
+                if self.cap.locked():
+                    self.cap_reached += 1
+                if answered:
+                    self.group.spawn(self._turn, req, planned_at, answered)
+                else:
+                    self.group.spawn(self._one, req, planned_at)
+        finally:
+            timer.close()
 
     def _turn(
         self, req: PlannedRequest, planned_at: float, answered: dict[str, gevent.event.Event]
