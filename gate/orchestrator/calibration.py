@@ -5,10 +5,12 @@ thresholds ("< 4x unloaded") resolve against, both driven by the real load gener
 closed-loop mode, so timing is the same client as the run's), into `<run>/calibration/`:
 - lone: one user sends short requests, pausing after each answer, for a few seconds: TTFT,
   E2E, TPOT, ITL medians and 90th percentiles of a request that finds the server idle;
-- capacity: many users (closed loop, default 64) keep the server saturated: completed
-  requests/s and output tokens/s, with the spread over three sub-windows as the uncertainty.
+- capacity: closed-loop users grow (doubling from 16) until the target saturates
+  (`gate.orchestrator.capacity_sweep`: the curve, the stop rule, the stated limit); the best
+  step's completed requests/s and output tokens/s, with the spread over three sub-windows as
+  the uncertainty.
 It also reads the KV capacity where the target tells it (the bundled server's block gauge).
-Approach after guidellm's `sweep` (a synchronous pass, then a throughput pass). It does not
+Approach after guidellm's `sweep` (a synchronous pass, then throughput passes). It does not
 decide what the numbers are used for (`gate.orchestrator.relative`, `gate.verdicts.relative`).
 """
 
@@ -27,6 +29,7 @@ import numpy as np
 from gate.errors import BatchgateError, ExitCode
 from gate.gates.model import GatesFile, Scope
 from gate.metrics.derive import measure
+from gate.orchestrator.capacity_sweep import StepFigures, stated_limit, step_figures, sweep
 from gate.orchestrator.faults import RunFault
 from gate.orchestrator.live import LiveView
 from gate.orchestrator.plan import ProfilePlan, resolve_plans
@@ -77,17 +80,28 @@ class CalibrationSpec:
     # (the wake-ups of idle CPUs and processes), so a reference measured back to back taxed the
     # trickle gate with the machine's idle behaviour instead of the batching's.
     lone_think_seconds: float = 0.1
-    capacity_seconds: float = 4.0
-    capacity_users: int = 64
+    capacity_seconds: float = 4.0  # the shortest capacity step
+    # The capacity sweep (gate.orchestrator.capacity_sweep, docs/calibration.md): closed-loop
+    # users double from `capacity_start_users` until output tokens/s grows by less than
+    # `plateau_share` over the best step before, 429s or failures above `capacity_error_share`
+    # appear, the target's stated limit is reached, the load generator saturates, the next step
+    # would pass `capacity_budget_seconds`, or `capacity_max_users` is reached. A fixed 64
+    # users underestimated any target that runs more sequences at once (vLLM's default 256).
+    capacity_start_users: int = 16
+    capacity_growth: int = 2
+    capacity_max_users: int = 2048
+    plateau_share: float = 0.10
+    capacity_error_share: float = 0.01
+    capacity_budget_seconds: float = 300.0
     # A slow target gets longer phases, so that it yields as many samples as a fast one: the
     # lone phase runs until `min_lone_requests` are done (in units of the first phase's E2E),
-    # the capacity phase for at least `capacity_e2e_multiple` lone E2Es (a saturated request
-    # takes several times a lone one; a few of those per user make a stable rate).
+    # a capacity step for at least `capacity_e2e_multiple` E2Es of the load it meets (the lone
+    # E2E, or the previous step's when the target queues).
     min_lone_requests: int = 12
-    capacity_e2e_multiple: float = 40.0
-    # The capacity phase is measured again, longer, when it completed fewer than this many
-    # requests per user: a target whose concurrency limit is far below `capacity_users`
-    # (llama.cpp's few slots) queues most of them, and a phase sized in lone E2Es is too short.
+    capacity_e2e_multiple: float = 10.0
+    # A step is measured again, longer, when it completed fewer than this many requests per
+    # user: a target whose concurrency limit is far below the step's users (llama.cpp's few
+    # slots) queues most of them, and a step sized in E2Es is too short for a stable rate.
     capacity_requests_per_user: float = 4.0
     max_phase_seconds: float = 120.0
     prompt_tokens: dict[str, Any] = dataclasses.field(
@@ -100,13 +114,31 @@ class CalibrationSpec:
     def __post_init__(self) -> None:
         if not (self.lone_seconds > 0 and self.capacity_seconds > 0):
             raise ValueError("calibration phases need a positive duration")
-        if self.capacity_users < 2:
-            raise ValueError("capacity_users must be >= 2")
+        if not (2 <= self.capacity_start_users <= self.capacity_max_users):
+            raise ValueError("capacity users: 2 <= capacity_start_users <= capacity_max_users")
+        if self.capacity_growth < 2:
+            raise ValueError("capacity_growth must be >= 2")
+        if not (0 < self.plateau_share < 1 and 0 <= self.capacity_error_share < 1):
+            raise ValueError("plateau_share must be in (0, 1), capacity_error_share in [0, 1)")
+        if not self.capacity_budget_seconds > 0:
+            raise ValueError("capacity_budget_seconds must be > 0")
+
+    def mean_request_tokens(self) -> float:
+        """Mean prompt + answer tokens of the mix (uniform ranges; 0 when not uniform)."""
+        total = 0.0
+        for dist in (self.prompt_tokens, self.output_tokens):
+            if dist.get("kind") != "uniform":
+                return 0.0
+            total += (float(dist["low"]) + float(dist["high"])) / 2
+        return total
 
     def overrides(self, *, users: int, seconds: float, think: float = 0.0) -> dict[str, Any]:
         return {
             "mode": "closed",
             "users": users,
+            # The load generator holds at most max_concurrency requests in flight (256 unless
+            # told): a closed loop of more users would silently measure 256.
+            "max_concurrency": users,
             "duration_seconds": seconds,
             "think_time_seconds": think,
             "warmup_seconds": 0.0,
@@ -171,20 +203,6 @@ def _distribution(run: RunData, metric: str) -> dict[str, Any] | None:
         "p90": float(np.quantile(values, 0.9)),
         "n": len(values),
     }
-
-
-def _completion_rate(run: RunData) -> tuple[int, float]:
-    """(successful requests, their completions per second from the first send to the last)."""
-    req = run.profiles[_PROFILE].requests
-    if req is None or req.n == 0:
-        return 0, 0.0
-    ok = req.status.mask(("ok",))
-    done = req.done_at if ok is None else req.done_at[ok]
-    done = done[~np.isnan(done)]
-    if len(done) == 0:
-        return 0, 0.0
-    span = float(np.max(done)) - float(np.nanmin(req.sent_at))
-    return len(done), (len(done) / span if span > 0 else 0.0)
 
 
 def _capacity(run: RunData, users: int) -> dict[str, Any]:
@@ -321,25 +339,39 @@ def calibrate(
         unloaded = {m: _distribution(lone, m) for m in ("ttft", "e2e", "tpot", "itl")}
         if unloaded["e2e"] is None or unloaded["ttft"] is None:
             raise CalibrationError("calibration (lone): no successful request")
-    users = spec.capacity_users
-    capacity_seconds = min(
-        spec.max_phase_seconds,
-        max(spec.capacity_seconds, spec.capacity_e2e_multiple * unloaded["e2e"]["p50"]),
+    kv = _kv_capacity(target)
+    limit = stated_limit(target, kv, spec.mean_request_tokens())
+
+    runs: dict[str, RunData] = {}
+
+    def measure(phase: str, users: int, seconds: float) -> StepFigures:
+        runs[phase] = _phase(phase, spec.overrides(users=users, seconds=seconds), **common)
+        return step_figures(runs[phase], users=users, seconds=seconds, phase=phase)
+
+    lone_e2e = unloaded["e2e"]
+    assert lone_e2e is not None  # checked above
+    swept = sweep(measure=measure, spec=spec, lone_e2e=lone_e2e["p50"], limit=limit)
+    view.message(
+        "batchgate: capacity curve: "
+        + ", ".join(f"{s.users} users {s.output_tokens_per_second:.0f} tok/s" for s in swept.curve)
+        + f"; stopped: {swept.detail}"
     )
-    loaded = _phase("capacity", spec.overrides(users=users, seconds=capacity_seconds), **common)
-    completed, rate = _completion_rate(loaded)
-    wanted = spec.capacity_requests_per_user * users
-    if completed < wanted and rate > 0:
-        # Long enough, at the rate just seen, for the completions a fast target gives.
-        seconds = min(spec.max_phase_seconds, 1.3 * wanted / rate)
-        loaded = _phase("capacity-long", spec.overrides(users=users, seconds=seconds), **common)
+    if swept.stop == "client saturated":
+        workers = settings.load_workers
+        view.message(
+            f"batchgate: the capacity could not be measured: {swept.detail}. Give the load "
+            f"generator more processes (--workers {2 * workers}, or --workers auto)"
+        )
+    loaded = runs[swept.chosen.phase]
+    users = swept.chosen.users
     data = {
         "schema_version": CALIBRATION_SCHEMA_VERSION,
         "identity": identity,
         "spec": dataclasses.asdict(spec),
         "unloaded": {"short": {k: v for k, v in unloaded.items() if v is not None}},
         "capacity": {"short": _capacity(loaded, users)},
-        "kv_capacity": _kv_capacity(target),
+        "capacity_sweep": swept.to_json(),
+        "kv_capacity": kv,
         "client": {"lone": _client(lone), "capacity": _client(loaded)},
         "took_seconds": round(time.monotonic() - started, 3),
         "measured_at": time.time(),

@@ -130,6 +130,7 @@ class CalibrationPhase:
             "identity_key": key,
             "unloaded": data.get("unloaded"),
             "capacity": data.get("capacity"),
+            "capacity_sweep": data.get("capacity_sweep"),
             "kv_capacity": data.get("kv_capacity"),
             "took_seconds": data.get("took_seconds"),
         }

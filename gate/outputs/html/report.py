@@ -17,6 +17,7 @@ from pathlib import Path
 
 from gate.errors import BatchgateError, ExitCode
 from gate.outputs.files import read_verdicts
+from gate.outputs.html.capacity import capacity_section
 from gate.outputs.html.page import (
     STYLE,
     figure_html,
@@ -134,6 +135,7 @@ def render_report(
     if run.notes:
         body.append(f"<h3>Run notes</h3>{notes_list(run.notes)}")
     body.extend(_profile_section(run, name) for name in run.profiles)
+    body.append(capacity_section(run.manifest))
     body.append(_provenance_section(run))
     return (
         '<!DOCTYPE html><html lang="en"><head><meta charset="utf-8">'

@@ -1,0 +1,145 @@
+"""The capacity sweep's schedule and stop rule, against modelled targets (no process runs):
+doubling from 16, a plateau, 429s, the stated limit, a saturated client, the time budget."""
+
+from __future__ import annotations
+
+import dataclasses
+
+import pytest
+
+from gate.orchestrator.calibration import CalibrationSpec
+from gate.orchestrator.capacity_sweep import StepFigures, stated_limit, sweep
+
+
+def _step(users: int, tps: float, **changes: object) -> StepFigures:
+    base = StepFigures(
+        users=users, seconds=4.0, phase=f"capacity-{users}", completed=100 * users,
+        output_tokens_per_second=tps, rps=tps / 12, e2e_p50=0.1, failed=0, rate_limited=0,
+        records=100 * users, client_valid=True, client_cpu_ratio=0.2, client_reasons=(),
+    )  # fmt: skip
+    return dataclasses.replace(base, **changes)  # type: ignore[arg-type]
+
+
+def _slots(slots: int, per_stream: float = 10.0):  # type: ignore[no-untyped-def]
+    """A target running `slots` streams at `per_stream` tokens/s each; the rest wait."""
+    seen: list[int] = []
+
+    def measure(phase: str, users: int, seconds: float) -> StepFigures:
+        seen.append(users)
+        return _step(users, min(users, slots) * per_stream, phase=phase, seconds=seconds)
+
+    return measure, seen
+
+
+def test_doubling_finds_a_limit_far_above_64_users():
+    measure, seen = _slots(400)
+    result = sweep(measure=measure, spec=CalibrationSpec(), lone_e2e=0.1, limit={"users": None})
+    assert seen == [16, 32, 64, 128, 256, 512, 1024]
+    assert result.stop == "plateau" and result.to_json()["saturated"] is True
+    assert result.chosen.output_tokens_per_second == 4000.0  # the truth, 400 x 10 tok/s
+    assert result.knee_users == 512  # the fewest users within 10% of the best
+    # The old fixed 64-user probe is a point of the curve: 16% of the truth.
+    assert result.curve[2].users == 64 and result.curve[2].output_tokens_per_second == 640.0
+
+
+def test_a_cpu_bound_target_stops_after_two_steps():
+    measure, seen = _slots(8)
+    result = sweep(measure=measure, spec=CalibrationSpec(), lone_e2e=0.1, limit={"users": None})
+    assert seen == [16, 32] and result.stop == "plateau" and result.chosen.users == 16
+
+
+def test_the_stated_limit_clips_the_last_step_and_stops_there():
+    measure, seen = _slots(10_000)
+    limit = {"users": 300, "source": "/admin/batching max_num_seqs"}
+    result = sweep(measure=measure, spec=CalibrationSpec(), lone_e2e=0.1, limit=limit)
+    assert seen == [16, 32, 64, 128, 256, 300]
+    assert result.stop == "limit" and result.chosen.users == 300
+    assert "max_num_seqs" in result.detail
+
+
+def test_a_limit_below_the_start_is_the_only_step():
+    measure, seen = _slots(10_000)
+    result = sweep(
+        measure=measure, spec=CalibrationSpec(), lone_e2e=0.1, limit={"users": 4, "source": "x"}
+    )
+    assert seen == [4] and result.stop == "limit"
+
+
+def test_429s_stop_the_sweep_and_the_best_step_before_stands():
+    def measure(phase: str, users: int, seconds: float) -> StepFigures:
+        if users >= 64:
+            return _step(users, 500.0, rate_limited=3, failed=3, phase=phase)
+        return _step(users, users * 20.0, phase=phase)
+
+    result = sweep(measure=measure, spec=CalibrationSpec(), lone_e2e=0.1, limit={"users": None})
+    assert [s.users for s in result.curve] == [16, 32, 64]
+    assert result.stop == "errors" and "429" in result.detail
+    assert result.chosen.users == 32 and result.chosen.output_tokens_per_second == 640.0
+    assert result.to_json()["saturated"] is True
+
+
+def test_a_saturated_client_fails_closed():
+    def measure(phase: str, users: int, seconds: float) -> StepFigures:
+        if users >= 64:
+            return _step(users, 700.0, client_valid=False, client_reasons=("client CPU 0.97",))
+        return _step(users, users * 20.0)
+
+    result = sweep(measure=measure, spec=CalibrationSpec(), lone_e2e=0.1, limit={"users": None})
+    assert result.stop == "client saturated" and "client CPU 0.97" in result.detail
+    assert result.chosen.client_valid is False  # the capacity carries the invalid client
+    assert result.to_json()["saturated"] is False
+
+
+def test_the_time_budget_bounds_the_sweep():
+    now = [0.0]
+
+    def measure(phase: str, users: int, seconds: float) -> StepFigures:
+        now[0] += seconds
+        return _step(users, users * 10.0, seconds=seconds)
+
+    spec = CalibrationSpec(capacity_budget_seconds=20.0)
+    result = sweep(measure=measure, spec=spec, lone_e2e=0.1, limit={"users": None},
+                   clock=lambda: now[0])  # fmt: skip
+    assert result.stop == "time budget" and now[0] <= 20.0
+    assert result.to_json()["saturated"] is False  # a lower bound, said so
+
+
+def test_a_short_step_with_few_answers_per_user_is_measured_again_longer():
+    calls: list[tuple[str, float]] = []
+
+    def measure(phase: str, users: int, seconds: float) -> StepFigures:
+        calls.append((phase, seconds))
+        done = users if phase.endswith("-long") is False else 10 * users
+        return _step(users, 100.0 if users == 16 else 105.0, completed=done, rps=8.0)
+
+    sweep(measure=measure, spec=CalibrationSpec(), lone_e2e=0.1, limit={"users": None})
+    assert calls[0][0] == "capacity-16" and calls[1][0] == "capacity-16-long"
+    assert calls[1][1] == pytest.approx(min(120.0, 1.3 * 4 * 16 / 8.0))
+
+
+class _Target:
+    def __init__(self, batching=None, props=None, samples=None):  # type: ignore[no-untyped-def]
+        self._batching, self._props, self._samples = batching, props, samples or {}
+
+    def batching(self):  # type: ignore[no-untyped-def]
+        return self._batching
+
+    def llamacpp_context(self):  # type: ignore[no-untyped-def]
+        return self._props
+
+    def raw_samples(self):  # type: ignore[no-untyped-def]
+        return self._samples
+
+
+def test_stated_limit_reads_each_source_and_keeps_the_lowest():
+    none = stated_limit(_Target(), {"tokens": None}, 52.0)  # type: ignore[arg-type]
+    assert none == {"users": None, "source": "not stated"}
+    ours = stated_limit(_Target(batching={"max_num_seqs": 256}), {"tokens": 65536}, 52.0)  # type: ignore[arg-type]
+    assert ours["users"] == 256 and ours["source"] == "/admin/batching max_num_seqs"
+    llama = stated_limit(_Target(props=(4096, 4)), {"tokens": None}, 52.0)  # type: ignore[arg-type]
+    assert llama["users"] == 4 and "total_slots" in llama["source"]
+    info = {"vllm:scheduler_config_info": [({"max_num_seqs": "512"}, 1.0)]}
+    vllm = stated_limit(_Target(samples=info), {"tokens": 10_000_000}, 52.0)  # type: ignore[arg-type]
+    assert vllm["users"] == 512 and "config_info" in vllm["source"]
+    kv = stated_limit(_Target(), {"tokens": 5200}, 52.0)  # type: ignore[arg-type]
+    assert kv["users"] == 100 and kv["source"].startswith("KV capacity")
