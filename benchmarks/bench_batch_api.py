@@ -1,6 +1,6 @@
 """Batch API throughput: a job of short lines through the server vs the offline engine.
 
-Run: .venv/bin/python benchmarks/bench_batch_api.py [--lines 10000] [--max-tokens 32]
+Run: .venv/bin/python -m benchmarks.bench_batch_api [--lines 10000] [--max-tokens 32]
      [--repeats 2] [--batch-max-inflight N] (default: the server's own, 2 x --max-num-seqs)
 
 1. Offline: the same requests go straight into `Engine` (no HTTP, no asyncio, no SQLite), fed
@@ -21,11 +21,7 @@ from __future__ import annotations
 import argparse
 import io
 import json
-import os
-import platform
 import random
-import signal
-import subprocess
 import sys
 import tempfile
 import time
@@ -33,12 +29,10 @@ from pathlib import Path
 
 import httpx
 
-REPO_ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(REPO_ROOT))
-
-from reference_server.config import BatchingConfig, EngineConfig  # noqa: E402
-from reference_server.engine import Engine  # noqa: E402
-from reference_server.sampling_params import SamplingParams  # noqa: E402
+from benchmarks.harness import RESULTS_DIR, Server, host_facts, print_table, write_result
+from reference_server.config import BatchingConfig, EngineConfig
+from reference_server.engine import Engine
+from reference_server.sampling_params import SamplingParams
 
 
 def workload(num_lines: int, prompt_tokens: int, seed: int) -> list[list[int]]:
@@ -70,35 +64,17 @@ def run_offline(config: EngineConfig, prompts: list[list[int]], max_tokens: int)
     return {"output_tokens": tokens, "seconds": elapsed, "tokens_per_second": tokens / elapsed}
 
 
-def start_server(args: argparse.Namespace, workdir: Path) -> tuple[subprocess.Popen, str]:
-    port_file = workdir / "port"
-    log = open(workdir / "server.log", "wb")  # noqa: SIM115 - lives as long as the server
-    command = [
-        sys.executable, "-m", "reference_server", "--port", "0", "--port-file", str(port_file),
+def bundled_server(args: argparse.Namespace, workdir: Path) -> Server:
+    """The bundled server with the offline side's engine settings (not started); its Batch API
+    files live under `workdir`."""
+    inflight = () if args.batch_max_inflight is None else (
+        "--batch-max-inflight", str(args.batch_max_inflight))  # fmt: skip
+    return Server.bundled(
         "--device", args.device, "--max-num-seqs", str(args.max_num_seqs),
         "--max-num-batched-tokens", str(args.max_num_batched_tokens), "--log-level", "warning",
         "--torch-num-threads", str(args.torch_threads), "--data-dir", str(workdir / "data"),
-    ]  # fmt: skip
-    if args.batch_max_inflight is not None:
-        command += ["--batch-max-inflight", str(args.batch_max_inflight)]
-    env = {**os.environ, "OMP_NUM_THREADS": str(args.torch_threads)}
-    process = subprocess.Popen(command, cwd=REPO_ROOT, stdout=log, stderr=subprocess.STDOUT,
-                               env=env)  # fmt: skip
-    deadline = time.monotonic() + 300
-    with httpx.Client(timeout=2) as client:
-        while time.monotonic() < deadline:
-            if process.poll() is not None:
-                raise SystemExit(f"server exited: {(workdir / 'server.log').read_text()[-2000:]}")
-            if port_file.exists() and port_file.read_text().strip():
-                url = f"http://127.0.0.1:{int(port_file.read_text())}"
-                try:
-                    if client.get(f"{url}/health").status_code == 200:
-                        return process, url
-                except httpx.TransportError:
-                    pass
-            time.sleep(0.05)
-    process.kill()
-    raise SystemExit("server did not become healthy in 300 s")
+        *inflight, workdir=workdir, env={"OMP_NUM_THREADS": str(args.torch_threads)},
+    )  # fmt: skip
 
 
 def run_job(url: str, prompts: list[list[int]], max_tokens: int) -> dict:
@@ -153,8 +129,7 @@ def main() -> int:
         default=1,
         help="torch intra-op threads on both sides (default 1)",
     )
-    parser.add_argument("--output", default=str(REPO_ROOT / "benchmarks" / "results" /
-                                                "batch_api.json"))  # fmt: skip
+    parser.add_argument("--output", default=str(RESULTS_DIR / "batch_api.json"))
     args = parser.parse_args()
     config = EngineConfig(
         device=args.device,
@@ -166,16 +141,11 @@ def main() -> int:
     prompts = workload(args.lines, args.prompt_tokens, seed=0)
     offline_runs: list[dict] = []
     job_runs: list[dict] = []
-    with tempfile.TemporaryDirectory() as tmp:
-        process, url = start_server(args, Path(tmp))
-        try:
-            for _ in range(args.repeats):
-                offline_runs.append(run_offline(config, prompts, args.max_tokens))
-                job_runs.append(run_job(url, prompts, args.max_tokens))
-            metrics = httpx.get(f"{url}/metrics", timeout=10).text
-        finally:
-            process.send_signal(signal.SIGTERM)
-            process.wait(timeout=60)
+    with tempfile.TemporaryDirectory() as tmp, bundled_server(args, Path(tmp)) as server:
+        for _ in range(args.repeats):
+            offline_runs.append(run_offline(config, prompts, args.max_tokens))
+            job_runs.append(run_job(server.url, prompts, args.max_tokens))
+        metrics = httpx.get(f"{server.url}/metrics", timeout=10).text
     offline = max(offline_runs, key=lambda r: r["tokens_per_second"])
     job = max(job_runs, key=lambda r: r["tokens_per_second"])
     ratio = job["tokens_per_second"] / offline["tokens_per_second"]
@@ -195,11 +165,9 @@ def main() -> int:
         "batch_api_runs": job_runs,
         "batch_to_offline_ratio": ratio,
         "target_ratio": 0.9,
-        "host": {"platform": platform.platform(), "cpu_count": os.cpu_count(),
-                 "load_average": os.getloadavg()},
+        "host": host_facts(),
     }  # fmt: skip
-    Path(args.output).parent.mkdir(parents=True, exist_ok=True)
-    Path(args.output).write_text(json.dumps(result, indent=2) + "\n")
+    write_result(args.output, result)
     rows = [
         ("lines x output tokens", f"{args.lines} x {args.max_tokens}"),
         ("batch job in-flight bound (lines)", f"{inflight}"),
@@ -210,9 +178,7 @@ def main() -> int:
         ("job seconds (created -> completed)", f"{job['seconds']:.1f}"),
         ("upload seconds", f"{job['upload_seconds']:.2f}"),
     ]
-    print(f"{'measure':<44}{'value':>16}")
-    for name, value in rows:
-        print(f"{name:<44}{value:>16}")
+    print_table(("measure", "value"), rows)
     print(f"wrote {args.output}")
     return 0
 

@@ -14,7 +14,7 @@ also gets its own: the 95% band of its differences (`median_noise` on batchgate'
 window, scaled to both sample sizes). Arrival seeds are drawn anew each run (--seed fixes them).
 Prints a table and writes benchmarks/results/clients.json.
 
-    .venv/bin/python benchmarks/bench_clients.py --guidellm /tmp/clients/guidellm \
+    .venv/bin/python -m benchmarks.bench_clients --guidellm /tmp/clients/guidellm \
         --aiperf /tmp/clients/aiperf --inference-perf /tmp/clients/infperf [--rate 5]
 
 Each tool runs from its own venv (they pin conflicting versions; inference-perf needs Python
@@ -37,19 +37,19 @@ import sys
 import tempfile
 import time
 import urllib.request
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
+from benchmarks.client_table import print_table
+from benchmarks.client_tool_base import RunContext, Tool, shell_line
+from benchmarks.client_tools import build_tools
+from benchmarks.harness import REPO_ROOT as REPO
+from benchmarks.harness import RESULTS_DIR, Server, write_result
+from benchmarks.record_medians import median_noise, record_medians
+from benchmarks.wire_capture import Capture, CaptureError, read_pcap, ttft_by_client, wire_requests
 
-from client_table import print_table
-from client_tool_base import RunContext, Tool, shell_line
-from client_tools import build_tools
-from record_medians import median_noise, record_medians
-from wire_capture import Capture, CaptureError, read_pcap, ttft_by_client, wire_requests
-
-REPO = Path(__file__).resolve().parents[1]
-RESULTS = REPO / "benchmarks" / "results" / "clients.json"
+RESULTS = RESULTS_DIR / "clients.json"
 TOKENIZER = REPO / "reference_server" / "hf_tokenizer"
 CLIENT_ENV = {"HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1", "HF_DATASETS_OFFLINE": "1"}
 # batchgate's value that means what each tool's "ITL" means (client_tools.ToolResult.itl_basis).
@@ -66,33 +66,17 @@ def _get_json(url: str) -> Any:
         return json.loads(resp.read())
 
 
-class Server:
-    """The bundled server on port 0, waited for by polling /health."""
+@dataclass(frozen=True)
+class Target:
+    """The started server as the tools see it (benchmarks.harness.Server runs it)."""
 
-    def __init__(self, tmp: Path, extra_args: list[str]) -> None:
-        port_file = tmp / "server-port"
-        self.log_path = tmp / "server.log"
-        with open(self.log_path, "wb") as log:
-            self.proc = subprocess.Popen(
-                [sys.executable, "-m", "reference_server", "--port", "0",
-                 "--port-file", str(port_file), *extra_args],
-                cwd=REPO, stdout=log, stderr=subprocess.STDOUT,
-            )  # fmt: skip
-        deadline = time.monotonic() + 180
-        while True:
-            if self.proc.poll() is not None or time.monotonic() > deadline:
-                raise RuntimeError(f"server did not start:\n{self.log_path.read_text()[-3000:]}")
-            text = port_file.read_text().strip() if port_file.exists() else ""
-            if text:
-                self.port = int(text)
-                self.url = f"http://127.0.0.1:{self.port}"
-                try:
-                    if _get_json(self.url + "/health")["status"] == "ok":
-                        break
-                except OSError:
-                    pass
-            time.sleep(0.1)
-        self.model = _get_json(self.url + "/v1/models")["data"][0]["id"]
+    url: str
+    port: int
+    model: str
+
+    @classmethod
+    def of(cls, server: Server) -> Target:
+        return cls(server.url, server.port, _get_json(server.url + "/v1/models")["data"][0]["id"])
 
     def warm_up(self, requests: int = 4) -> None:
         """A few sequential generations, so no tool meets the first-request costs."""
@@ -106,16 +90,8 @@ class Server:
             with urllib.request.urlopen(request, timeout=60) as resp:
                 resp.read()
 
-    def stop(self) -> None:
-        self.proc.send_signal(signal.SIGTERM)
-        try:
-            self.proc.wait(timeout=60)
-        except subprocess.TimeoutExpired:
-            self.proc.kill()
-            self.proc.wait()
 
-
-def _batchgate_load(server: Server, out: Path, args: argparse.Namespace, endpoint: str):
+def _batchgate_load(server: Target, out: Path, args: argparse.Namespace, endpoint: str):
     # A long schedule stopped with SIGINT once the tool is done: the records cover the tool's
     # whole run, whatever its start-up time; the comparison keeps those sent in its window.
     cmd = [
@@ -143,7 +119,7 @@ def _read_records(out: Path) -> list[dict[str, Any]]:
     return [json.loads(line) for line in lines if line.strip()]
 
 
-def compare_tool(tool: Tool, server: Server, tmp: Path, args: argparse.Namespace) -> dict:
+def compare_tool(tool: Tool, server: Target, tmp: Path, args: argparse.Namespace) -> dict:
     version = tool.version()
     ctx = RunContext(
         url=server.url, model=server.model, tokenizer=args.tokenizer, rate_rps=args.rate,
@@ -265,7 +241,7 @@ def _fixture_headers(pairs: list[list[str]]) -> dict[str, str]:
     return {k: v for k, v in pairs if k.lower() not in DROP_HEADERS}
 
 
-def capture_tool(tool: Tool, server: Server, tmp: Path, args: argparse.Namespace) -> list[dict]:
+def capture_tool(tool: Tool, server: Target, tmp: Path, args: argparse.Namespace) -> list[dict]:
     """Run each variant through the logging proxy; return fixture dicts (bodies as sent)."""
     version = tool.version()
     fixtures: list[dict] = []
@@ -385,8 +361,10 @@ def main() -> int:
     with tempfile.TemporaryDirectory(prefix="bench-clients-") as tmp_name:
         tmp = args.keep or Path(tmp_name)
         tmp.mkdir(parents=True, exist_ok=True)
-        server = Server(tmp, ["--device", "cpu", *args.server_arg])
-        try:
+        with Server.bundled(
+            "--device", "cpu", *args.server_arg, workdir=tmp, start_timeout_seconds=180
+        ) as started:  # fmt: skip
+            server = Target.of(started)
             server.warm_up()
             if args.capture:
                 return _capture(tools, server, tmp, args)
@@ -398,8 +376,6 @@ def main() -> int:
                 except CaptureError as exc:  # not root, no such interface: say so, no traceback
                     print(f"bench_clients: --wire: {exc}", file=sys.stderr)
                     return 2
-        finally:
-            server.stop()
     result = {
         "cpu_count": os.cpu_count(),
         "load_average": os.getloadavg(),
@@ -412,14 +388,13 @@ def main() -> int:
         "tokenizer": str(args.tokenizer),
         "rows": rows,
     }
-    RESULTS.parent.mkdir(parents=True, exist_ok=True)
-    RESULTS.write_text(json.dumps(result, indent=2) + "\n")
+    write_result(RESULTS, result)
     print_table(rows, args)
     print(f"wrote {RESULTS.relative_to(REPO)}")
     return 0
 
 
-def _capture(tools: list[Tool], server: Server, tmp: Path, args: argparse.Namespace) -> int:
+def _capture(tools: list[Tool], server: Target, tmp: Path, args: argparse.Namespace) -> int:
     args.capture.mkdir(parents=True, exist_ok=True)
     bad = []
     for tool in tools:

@@ -2,7 +2,7 @@
 valid embedding request beside a completion (items 3 and 4) and extreme batching settings
 (item 8). Companion of bench_hostile_clients.py (the HTTP-side probes).
 
-Run: .venv/bin/python benchmarks/bench_engine_probes.py [--repo DIR] [--out FILE]
+Run: .venv/bin/python -m benchmarks.bench_engine_probes [--repo DIR] [--out FILE]
 (--repo: the checkout whose server to start, e.g. a `git worktree` of the old code.)
 
 3/4. embedding: POST /v1/embeddings with 128 inputs x 2,047 tokens; 0.5 s later a 4-token
@@ -18,7 +18,6 @@ Prints a table; writes benchmarks/results/engine_probes.json (or --out).
 from __future__ import annotations
 
 import argparse
-import json
 import sys
 import threading
 import time
@@ -26,22 +25,9 @@ from pathlib import Path
 from typing import Any
 
 import httpx
-import psutil
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-
-from bench_hostile_clients import REPO_ROOT, Server
-
-
-def tree_rss(pid: int) -> int:
-    root = psutil.Process(pid)
-    total = 0
-    for proc in [root, *root.children(recursive=True)]:
-        try:
-            total += proc.memory_info().rss
-        except psutil.NoSuchProcess:
-            continue
-    return total
+from benchmarks.bench_hostile_clients import start_server
+from benchmarks.harness import REPO_ROOT, RESULTS_DIR, Server, print_table, write_result
 
 
 class Watch:
@@ -65,7 +51,7 @@ class Watch:
     def _run(self) -> None:
         with httpx.Client(base_url=self.server.url, timeout=60) as http:
             while not self._stop.wait(0.05):
-                self.rss_peak = max(self.rss_peak, tree_rss(self.server.proc.pid))
+                self.rss_peak = max(self.rss_peak, self.server.tree_rss_bytes())
                 for path in self.worst:
                     sent = time.monotonic()
                     try:
@@ -76,9 +62,9 @@ class Watch:
 
 
 def probe_embedding(repo: Path) -> dict[str, Any]:
-    server = Server(repo, ["--max-model-len", "2048", "--max-body-bytes", str(8 * 2**20)])
+    server = start_server(repo, ["--max-model-len", "2048", "--max-body-bytes", str(8 * 2**20)])
     try:
-        baseline = tree_rss(server.proc.pid)
+        baseline = server.tree_rss_bytes()
         inputs = [[1 + (i * 7 + j) % 250 for j in range(2047)] for i in range(128)]
         result: dict[str, Any] = {}
 
@@ -104,14 +90,14 @@ def probe_embedding(repo: Path) -> dict[str, Any]:
         result["metrics_worst_seconds"] = round(watch.worst["/metrics"], 3)
         result["rss_idle_mb"] = round(baseline / 2**20)
         result["rss_peak_mb"] = round(watch.rss_peak / 2**20)
-        result["server_alive_after"] = server.proc.poll() is None
+        result["server_alive_after"] = server.alive
         return result
     finally:
         server.stop()
 
 
 def probe_settings(repo: Path) -> dict[str, Any]:
-    server = Server(repo, ["--max-model-len", "2048", "--max-body-bytes", str(8 * 2**20)])
+    server = start_server(repo, ["--max-model-len", "2048", "--max-body-bytes", str(8 * 2**20)])
     try:
         huge = 10**9
         with httpx.Client(base_url=server.url, timeout=600) as http:
@@ -125,7 +111,7 @@ def probe_settings(repo: Path) -> dict[str, Any]:
                                       "put_message": response.text[:200]}  # fmt: skip
             if response.status_code != 200:
                 return result
-            baseline = tree_rss(server.proc.pid)
+            baseline = server.tree_rss_bytes()
             after = http.get("/admin/steps", params={"after": 0}).json()["latest_seq"]
             with Watch(server) as watch:
                 threads = [
@@ -152,16 +138,16 @@ def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--repo", type=Path, default=REPO_ROOT)
     parser.add_argument(
-        "--out", default=str(REPO_ROOT / "benchmarks" / "results" / "engine_probes.json")
+        "--out", default=str(RESULTS_DIR / "engine_probes.json")
     )
     args = parser.parse_args()
     results = {"repo": str(args.repo), "3_4": probe_embedding(args.repo),
                "8": probe_settings(args.repo)}  # fmt: skip
-    Path(args.out).parent.mkdir(parents=True, exist_ok=True)
-    Path(args.out).write_text(json.dumps(results, indent=2) + "\n")
-    for probe in ("3_4", "8"):
-        for key, value in results[probe].items():
-            print(f"{probe:<4}{key:<28}{value}")
+    write_result(args.out, results)
+    print_table(
+        ("probe", "measure", "value"),
+        ((probe, key, value) for probe in ("3_4", "8") for key, value in results[probe].items()),
+    )
     print(f"wrote {args.out}")
     return 0
 

@@ -22,7 +22,7 @@ VM's speed drifts by a third within minutes, so with --old each row also gets it
 the old code's best in the same run, beside the ratio those targets meant: 1.0 / 2.0 = 0.50 of
 the old mirror, 6 / 20 = 0.30 of the old JSONL-only check.
 
-    .venv/bin/python benchmarks/bench_gate.py [--requests N] [--keep DIR] [--repeat K]
+    .venv/bin/python -m benchmarks.bench_gate [--requests N] [--keep DIR] [--repeat K]
         [--old REV]
 """
 
@@ -39,9 +39,8 @@ import tempfile
 import time
 from pathlib import Path
 
-import host_steal
-from gate_run_generator import generate
-
+from benchmarks import host_steal
+from benchmarks.gate_run_generator import generate
 from loadgen.parquet import parquet_path, write_parquet  # the load generator's close-time writer
 
 ROOT = Path(__file__).resolve().parents[1]

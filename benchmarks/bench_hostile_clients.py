@@ -1,6 +1,6 @@
 """Hostile and careless clients against the reference server (issue 15), on loopback only.
 
-Run: .venv/bin/python benchmarks/bench_hostile_clients.py [--repo DIR] [--idle 2048] [--stalled 100]
+Run: .venv/bin/python -m benchmarks.bench_hostile_clients [--repo DIR] [--idle 2048] [--stalled 100]
 (--repo: the checkout whose server to start, e.g. a `git worktree` of the old code, to measure
 before/after with the same probes.) Each probe starts its own server on 127.0.0.1, port 0:
 
@@ -21,11 +21,9 @@ from __future__ import annotations
 import argparse
 import contextlib
 import json
-import os
 import socket
 import subprocess
 import sys
-import tempfile
 import threading
 import time
 from pathlib import Path
@@ -33,53 +31,16 @@ from typing import Any
 
 import httpx
 
-REPO_ROOT = Path(__file__).resolve().parents[1]
+from benchmarks.harness import REPO_ROOT, RESULTS_DIR, Server, print_table, write_result
 
 
-class Server:
-    def __init__(self, repo: Path, args: list[str], env: dict[str, str] | None = None) -> None:
-        self.dir = Path(tempfile.mkdtemp(prefix="hostile-"))
-        self.log_path = self.dir / "server.log"
-        port_file = self.dir / "port"
-        cmd = [sys.executable, "-m", "reference_server", "--port", "0", "--port-file",
-               str(port_file), "--device", "cpu", "--log-level", "info", *args]  # fmt: skip
-        with open(self.log_path, "wb") as log:
-            self.proc = subprocess.Popen(
-                cmd, cwd=repo, stdout=log, stderr=subprocess.STDOUT,
-                env={**os.environ, "OMP_NUM_THREADS": "1", **(env or {})},
-            )  # fmt: skip
-        deadline = time.monotonic() + 120
-        while time.monotonic() < deadline:
-            if port_file.exists() and port_file.read_text().strip():
-                self.port = int(port_file.read_text())
-                with contextlib.suppress(httpx.HTTPError):
-                    if httpx.get(self.url + "/health", timeout=2).status_code == 200:
-                        return
-            if self.proc.poll() is not None:
-                raise RuntimeError(self.log_path.read_text()[-3000:])
-            time.sleep(0.1)
-        raise RuntimeError("server did not start")
-
-    @property
-    def url(self) -> str:
-        return f"http://127.0.0.1:{self.port}"
-
-    def rss_bytes(self) -> int:
-        for line in Path(f"/proc/{self.proc.pid}/status").read_text().splitlines():
-            if line.startswith("VmRSS:"):
-                return int(line.split()[1]) * 1024
-        return 0
-
-    def log(self) -> str:
-        return self.log_path.read_text(errors="replace")
-
-    def stop(self) -> None:
-        self.proc.terminate()
-        try:
-            self.proc.wait(timeout=40)
-        except subprocess.TimeoutExpired:
-            self.proc.kill()
-            self.proc.wait()
+def start_server(repo: Path, args: list[str], env: dict[str, str] | None = None) -> Server:
+    """`repo`'s bundled server on CPU (info log: probe 5 counts its lines), started and ready."""
+    return Server.bundled(
+        "--device", "cpu", "--log-level", "info", *args, cwd=repo,
+        env={"OMP_NUM_THREADS": "1", **(env or {})},
+        start_timeout_seconds=120, stop_timeout_seconds=40,
+    ).start()  # fmt: skip
 
 
 def supports(repo: Path, flag: str) -> bool:
@@ -116,7 +77,7 @@ def count_closed(socks: list[socket.socket]) -> int:
 
 
 def probe_idle(repo: Path, n: int, wait: float) -> dict[str, Any]:
-    server = Server(repo, [])
+    server = start_server(repo, [])
     try:
         socks = [socket.create_connection(("127.0.0.1", server.port)) for _ in range(n)]
         time.sleep(0.5)
@@ -146,7 +107,7 @@ def probe_idle(repo: Path, n: int, wait: float) -> dict[str, Any]:
 
 
 def probe_heads(repo: Path) -> dict[str, Any]:
-    server = Server(repo, [])
+    server = start_server(repo, [])
     try:
         rss0 = server.rss_bytes()
         worst = [0.0]
@@ -198,9 +159,9 @@ def probe_heads(repo: Path) -> dict[str, Any]:
 
 
 def probe_mid_body(repo: Path, n: int = 20) -> dict[str, Any]:
-    server = Server(repo, [])
+    server = start_server(repo, [])
     try:
-        before = len(server.log())
+        before = len(server.log_text())
         for _ in range(n):
             with socket.create_connection(("127.0.0.1", server.port)) as s:
                 s.sendall(
@@ -209,7 +170,7 @@ def probe_mid_body(repo: Path, n: int = 20) -> dict[str, Any]:
                 )
                 time.sleep(0.1)
         time.sleep(1.0)
-        text = server.log()[before:]
+        text = server.log_text()[before:]
         return {
             "requests": n,
             "error_lines": sum(" ERROR " in line for line in text.splitlines()),
@@ -224,7 +185,7 @@ def probe_stalled(repo: Path, n: int, wait: float) -> dict[str, Any]:
     args = ["--max-model-len", "4096", "--max-tokens-cap", "4000"]
     if supports(repo, "--stream-stall-timeout-seconds"):
         args += ["--stream-stall-timeout-seconds", "5"]
-    server = Server(repo, args)
+    server = start_server(repo, args)
     body = json.dumps({"prompt": "hi", "max_tokens": 4000, "ignore_eos": True, "stream": True,
                        "priority": "interactive"}).encode()  # fmt: skip
     socks = []
@@ -265,7 +226,7 @@ def probe_stalled(repo: Path, n: int, wait: float) -> dict[str, Any]:
 
 
 def probe_admin(repo: Path) -> dict[str, Any]:
-    server = Server(repo, [], env={"FORWARDED_ALLOW_IPS": "*"})
+    server = start_server(repo, [], env={"FORWARDED_ALLOW_IPS": "*"})
     try:
         rebound = httpx.put(
             server.url + "/admin/batching",
@@ -291,7 +252,7 @@ def main() -> int:
     parser.add_argument("--wait", type=float, default=15.0)
     parser.add_argument("--only", default="1,2,5,6,7")
     parser.add_argument(
-        "--out", type=Path, default=REPO_ROOT / "benchmarks/results/hostile_clients.json"
+        "--out", type=Path, default=RESULTS_DIR / "hostile_clients.json"
     )
     args = parser.parse_args()
     repo = args.repo.resolve()
@@ -308,12 +269,13 @@ def main() -> int:
         if name in only:
             results[name] = probe()
             print(f"probe {name}: {json.dumps(results[name])}", flush=True)
-    print(f"\n{'probe':<6} {'measure':<38} value")
-    for name in sorted(k for k in results if k != "repo"):
-        for key, value in results[name].items():
-            print(f"{name:<6} {key:<38} {value}")
-    args.out.parent.mkdir(parents=True, exist_ok=True)
-    args.out.write_text(json.dumps(results, indent=2) + "\n")
+    print()
+    print_table(
+        ("probe", "measure", "value"),
+        ((name, key, value) for name in sorted(k for k in results if k != "repo")
+         for key, value in results[name].items()),
+    )  # fmt: skip
+    write_result(args.out, results)
     print(f"wrote {args.out}")
     return 0
 

@@ -7,7 +7,7 @@ Measures, against the fake OpenAI server of tests/loadgen (a trivial fast stream
 3. client overhead: client-measured TTFT minus the server's own TTFT, at low load.
 Prints a table and writes benchmarks/results/loadgen.json.
 
-    .venv/bin/python benchmarks/bench_loadgen.py [--rates 250,500,1000,1500] [--duration 5]
+    .venv/bin/python -m benchmarks.bench_loadgen [--rates 250,500,1000,1500] [--duration 5]
 """
 
 from __future__ import annotations
@@ -21,14 +21,15 @@ import statistics
 import subprocess
 import sys
 import tempfile
-import time
 import urllib.request
 from pathlib import Path
 from typing import Any
 
-REPO = Path(__file__).resolve().parents[1]
+from benchmarks.harness import REPO_ROOT as REPO
+from benchmarks.harness import RESULTS_DIR, Server, write_result
+
 FAKE = REPO / "tests" / "loadgen" / "fake_openai_server.py"
-RESULTS = REPO / "benchmarks" / "results" / "loadgen.json"
+RESULTS = RESULTS_DIR / "loadgen.json"
 LAG_LIMIT_SECONDS = 0.005
 
 LOCUSTFILE = """
@@ -51,74 +52,49 @@ class PlainFastHttpUser(FastHttpUser):
 """
 
 
-def _cpu_prefix(core: int) -> list[str]:
+def cpu_prefix(core: int) -> list[str]:
     if shutil.which("taskset") and (os.cpu_count() or 1) > 1:
         return ["taskset", "-c", str(core)]
     return []
 
 
-class Server:
-    def __init__(self, tmp: Path, *args: str) -> None:
-        port_file = tmp / f"port-{time.monotonic_ns()}"
-        last_core = (os.cpu_count() or 1) - 1
-        self.proc = subprocess.Popen(
-            [
-                *_cpu_prefix(last_core),
-                sys.executable,
-                str(FAKE),
-                "--port",
-                "0",
-                "--port-file",
-                str(port_file),
-                *args,
-            ],
-            stdout=subprocess.DEVNULL,
-        )
-        deadline = time.monotonic() + 20
-        while not port_file.exists():
-            if time.monotonic() > deadline or self.proc.poll() is not None:
-                raise RuntimeError("fake server did not start")
-            time.sleep(0.02)
-        self.url = f"http://127.0.0.1:{port_file.read_text()}"
+def fake_server(*flags: str) -> Server:
+    """The fake OpenAI server of tests/loadgen (not started), pinned to the last core when
+    `taskset` exists (the load process gets core 0)."""
+    last_core = (os.cpu_count() or 1) - 1
+    return Server(
+        [*cpu_prefix(last_core), sys.executable, str(FAKE), *flags],
+        name="fake OpenAI server", start_timeout_seconds=20, stop_timeout_seconds=10,
+    )  # fmt: skip
 
-    def stats(self) -> dict[str, Any]:
-        with urllib.request.urlopen(self.url + "/stats", timeout=5) as resp:
-            return json.loads(resp.read())
 
-    def stop(self) -> None:
-        self.proc.terminate()
-        self.proc.wait(timeout=10)
+def fake_stats(server: Server) -> dict[str, Any]:
+    """The fake server's own record of what it served (its TTFTs among them)."""
+    with urllib.request.urlopen(server.url + "/stats", timeout=5) as resp:
+        return json.loads(resp.read())
+
+
+def steady_load(
+    server: Server, out: Path, rate: float, duration: float, *sets: str, pinned: bool
+) -> None:
+    """`python -m loadgen --profile steady` against the fake server, `--set` each of `sets`;
+    `pinned`: on core 0 (when `taskset` exists), the core the measured load process gets."""
+    cmd = [
+        *(cpu_prefix(0) if pinned else ()), sys.executable, "-m", "loadgen",
+        "--target", server.url, "--profile", "steady",
+        "--out", str(out), "--rate", f"{rate:g}", "--duration", str(duration),
+        "--model", "fake-model", *(arg for item in sets for arg in ("--set", item)),
+    ]  # fmt: skip
+    subprocess.run(cmd, cwd=REPO, check=True, capture_output=True, timeout=duration + 120)
 
 
 def open_loop_point(server: Server, tmp: Path, rate: float, duration: float) -> dict[str, Any]:
     out = tmp / f"open-{rate:g}"
-    cmd = [
-        *_cpu_prefix(0),
-        sys.executable,
-        "-m",
-        "loadgen",
-        "--target",
-        server.url,
-        "--profile",
-        "steady",
-        "--out",
-        str(out),
-        "--rate",
-        str(rate),
-        "--duration",
-        str(duration),
-        "--model",
-        "fake-model",
-        "--set",
-        "output_tokens=2",
-        "--set",
-        "prompt_tokens=16",
-        "--set",
-        "max_client_cpu_ratio=1.5",
-        "--set",
-        f"max_schedule_lag_p99_seconds={LAG_LIMIT_SECONDS}",
-    ]
-    subprocess.run(cmd, cwd=REPO, check=True, capture_output=True, timeout=duration + 120)
+    steady_load(
+        server, out, rate, duration, "output_tokens=2", "prompt_tokens=16",
+        "max_client_cpu_ratio=1.5", f"max_schedule_lag_p99_seconds={LAG_LIMIT_SECONDS}",
+        pinned=True,
+    )  # fmt: skip
     load = json.loads((out / "load.json").read_text())
     recs = [json.loads(line) for line in (out / "requests.jsonl").read_text().splitlines()]
     ttfts = [r["first_token_at"] - r["sent_at"] for r in recs if r["first_token_at"] is not None]
@@ -148,7 +124,7 @@ def locust_point(server: Server, tmp: Path, user_class: str, duration: float) ->
     locustfile.write_text(LOCUSTFILE)
     prefix = tmp / f"locust-{user_class}"
     cmd = [
-        *_cpu_prefix(0),
+        *cpu_prefix(0),
         sys.executable,
         "-m",
         "locust",
@@ -182,39 +158,12 @@ def locust_point(server: Server, tmp: Path, user_class: str, duration: float) ->
 
 
 def client_overhead(tmp: Path, duration: float) -> dict[str, Any]:
-    server = Server(tmp, "--ttft-ms", "20", "--itl-ms", "1", "--tokens", "4")
-    try:
+    with fake_server("--ttft-ms", "20", "--itl-ms", "1", "--tokens", "4") as server:
         out = tmp / "overhead"
-        subprocess.run(
-            [
-                sys.executable,
-                "-m",
-                "loadgen",
-                "--target",
-                server.url,
-                "--profile",
-                "steady",
-                "--out",
-                str(out),
-                "--rate",
-                "5",
-                "--duration",
-                str(duration),
-                "--model",
-                "fake-model",
-                "--set",
-                "prompt_tokens=16",
-            ],
-            cwd=REPO,
-            check=True,
-            capture_output=True,
-            timeout=duration + 60,
-        )
+        steady_load(server, out, 5, duration, "prompt_tokens=16", pinned=False)
         recs = [json.loads(line) for line in (out / "requests.jsonl").read_text().splitlines()]
         client = statistics.median(r["first_token_at"] - r["sent_at"] for r in recs)
-        server_side = statistics.median(server.stats()["ttft_seconds"])
-    finally:
-        server.stop()
+        server_side = statistics.median(fake_stats(server)["ttft_seconds"])
     return {
         "requests": len(recs),
         "client_ttft_p50_ms": client * 1000,
@@ -233,20 +182,17 @@ def main() -> int:
     rates = [float(r) for r in args.rates.split(",")]
     with tempfile.TemporaryDirectory() as tmp_name:
         tmp = Path(tmp_name)
-        server = Server(tmp, "--ttft-ms", "0", "--itl-ms", "0", "--tokens", "2")
-        try:
+        with fake_server("--ttft-ms", "0", "--itl-ms", "0", "--tokens", "2") as server:
             points = [open_loop_point(server, tmp, r, args.duration) for r in rates]
             baselines = [
                 locust_point(server, tmp, c, args.duration)
                 for c in ("PlainHttpUser", "PlainFastHttpUser")
             ]
-        finally:
-            server.stop()
         overhead = client_overhead(tmp, 4.0)
     sustained = [p["target_rps"] for p in points if p["sustained"]]
     result = {
         "cpu_count": os.cpu_count(),
-        "pinned": bool(_cpu_prefix(0)),
+        "pinned": bool(cpu_prefix(0)),
         "load_average": os.getloadavg(),
         "lag_limit_ms": LAG_LIMIT_SECONDS * 1000,
         "open_loop": points,
@@ -254,8 +200,7 @@ def main() -> int:
         "locust_closed_loop": baselines,
         "client_overhead": overhead,
     }
-    RESULTS.parent.mkdir(parents=True, exist_ok=True)
-    RESULTS.write_text(json.dumps(result, indent=2) + "\n")
+    write_result(RESULTS, result)
     print(
         f"open loop, one loadgen process{' pinned to core 0' if result['pinned'] else ''}; "
         f"fake server: ttft 0, itl 0, 2 tokens; load average {result['load_average'][0]:.1f}"

@@ -1,9 +1,10 @@
 """Model step timings of the reference server's ModelRunner: decode steps at several batch sizes
 with ~200-token contexts, and a 512-token prefill. Prints a table, writes JSON.
 
-    .venv/bin/python benchmarks/bench_model_step.py [--model tiny] [--device auto]
+    .venv/bin/python -m benchmarks.bench_model_step [--model tiny] [--device auto]
 
-A measurement script, not a test: nothing here asserts a speed.
+A measurement script, not a test: nothing here asserts a speed. It imports nothing from the
+benchmarks package: gpu_sections.py, run as a file, imports it by file name.
 """
 
 from __future__ import annotations

@@ -13,7 +13,7 @@ reads the run's own files:
   - the run's verdicts on the default offline_job gates (exit code).
 Prints a table and writes benchmarks/results/offline_job.json.
 
-    .venv/bin/python benchmarks/bench_offline_job.py [--lines 10000] [--chat-share 0.3]
+    .venv/bin/python -m benchmarks.bench_offline_job [--lines 10000] [--chat-share 0.3]
         [--preset NAME | --cap N|none] [--keep DIR]
 """
 
@@ -33,8 +33,10 @@ from typing import Any
 import numpy as np
 import yaml
 
-REPO = Path(__file__).resolve().parents[1]
-RESULTS = REPO / "benchmarks" / "results" / "offline_job.json"
+from benchmarks.harness import REPO_ROOT as REPO
+from benchmarks.harness import RESULTS_DIR, write_result
+
+RESULTS = RESULTS_DIR / "offline_job.json"
 SUBMIT_AT = 0.4  # share of the chat schedule before the job is submitted
 
 
@@ -184,8 +186,7 @@ def main() -> int:
           f"{result['job_share_of_capacity'] or 0:.2f}x capacity")  # fmt: skip
     for gate, (status, value) in result["verdicts"].items():
         print(f"  {gate:<45} {status:<12} {value}")
-    Path(args.output).parent.mkdir(parents=True, exist_ok=True)
-    Path(args.output).write_text(json.dumps(result, indent=2) + "\n", encoding="utf-8")
+    write_result(args.output, result)
     print(f"wrote {args.output}")
     return 0
 

@@ -8,7 +8,7 @@ counters' change over the run), the gate's ideal for the window (an LRU of the s
 capacity, and an unbounded one), TTFT p50 / p99 and output tokens/s. Prints a table and writes
 benchmarks/results/prefix_cache.json.
 
-    .venv/bin/python benchmarks/bench_prefix_cache.py [--time-scale 8] [--rounds 2]
+    .venv/bin/python -m benchmarks.bench_prefix_cache [--time-scale 8] [--rounds 2]
 """
 
 from __future__ import annotations
@@ -24,11 +24,11 @@ import urllib.request
 from pathlib import Path
 from typing import Any
 
-REPO = Path(__file__).resolve().parents[1]
-RESULTS = REPO / "benchmarks" / "results" / "prefix_cache.json"
-sys.path.insert(0, str(REPO))
+from benchmarks.harness import REPO_ROOT as REPO
+from benchmarks.harness import RESULTS_DIR, Server, write_result
+from gate.metrics.prefix_ideal import ideal_hit_ratio
 
-from gate.metrics.prefix_ideal import ideal_hit_ratio  # noqa: E402
+RESULTS = RESULTS_DIR / "prefix_cache.json"
 
 
 def _get(url: str) -> bytes:
@@ -54,26 +54,6 @@ def _counters(url: str) -> dict[str, float]:
         if name in wanted:
             found[name] = float(value)
     return found
-
-
-def start_server(tmp: Path) -> tuple[subprocess.Popen[bytes], str]:
-    port_file = tmp / "port"
-    proc = subprocess.Popen(
-        [sys.executable, "-m", "reference_server", "--port", "0", "--port-file", str(port_file)],
-        cwd=REPO, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
-    )  # fmt: skip
-    deadline = time.monotonic() + 120
-    while True:
-        if proc.poll() is not None or time.monotonic() > deadline:
-            raise RuntimeError("the bundled server did not start")
-        if port_file.exists() and port_file.read_text().strip():
-            url = f"http://127.0.0.1:{int(port_file.read_text())}"
-            try:
-                _get(url + "/health")
-                return proc, url
-            except OSError:
-                pass
-        time.sleep(0.2)
 
 
 def one_run(url: str, out: Path, cache: bool, time_scale: float) -> dict[str, Any]:
@@ -127,16 +107,13 @@ def main() -> int:
     rows = []
     with tempfile.TemporaryDirectory() as name:
         tmp = Path(name)
-        proc, url = start_server(tmp)
-        try:
+        with Server.bundled(start_timeout_seconds=120, stop_timeout_seconds=30) as server:
+            url = server.url
             for i in range(args.rounds):
                 for cache in (True, False) if i % 2 == 0 else (False, True):
                     row = one_run(url, tmp / f"r{i}-{cache}", cache, args.time_scale)
                     rows.append(row)
                     print(json.dumps(row), file=sys.stderr, flush=True)
-        finally:
-            proc.terminate()
-            proc.wait(timeout=30)
     print(f"{'cache':<5} {'reqs':>5} {'hit ratio':>9} {'ideal(KV)':>9} {'ideal(inf)':>10} "
           f"{'of ideal':>8} {'TTFT p50':>9} {'TTFT p99':>9} {'out tok/s':>9}")  # fmt: skip
     for r in rows:
@@ -146,8 +123,7 @@ def main() -> int:
             f"{r['ideal_unbounded']:>10.3f} {share:>8.2f} {r['ttft_p50_ms']:>7.1f}ms "
             f"{r['ttft_p99_ms']:>7.1f}ms {r['output_tokens_per_second']:>9.1f}"
         )
-    RESULTS.parent.mkdir(parents=True, exist_ok=True)
-    RESULTS.write_text(json.dumps({"time_scale": args.time_scale, "rows": rows}, indent=2) + "\n")
+    write_result(RESULTS, {"time_scale": args.time_scale, "rows": rows})
     return 0
 
 

@@ -7,13 +7,13 @@ CPU is this process's user+system time over the run while the main thread only w
 the sampler thread's cost (plus the JSONL writes). Prints a table and writes
 benchmarks/results/sampler.json.
 
-    .venv/bin/python benchmarks/bench_sampler.py [--hz 50] [--seconds 10]
+    .venv/bin/python -m benchmarks.bench_sampler [--hz 50] [--seconds 10]
 """
 
 from __future__ import annotations
 
 import argparse
-import json
+import importlib.util
 import os
 import platform
 import subprocess
@@ -21,16 +21,24 @@ import sys
 import tempfile
 import time
 from pathlib import Path
+from types import ModuleType
 
-ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT))
-sys.path.insert(0, str(ROOT / "tests" / "gate" / "observers"))
-
-from fake_pynvml import FakeDevice, FakeNVML  # noqa: E402
-
-from gate.observers.nvml_sampler import NvmlSampler, SamplerConfig  # noqa: E402
+from benchmarks.harness import REPO_ROOT, RESULTS_DIR, write_result
+from gate.observers.nvml_sampler import NvmlSampler, SamplerConfig
 
 TARGET_CORE_RATIO = 0.02
+FAKE_PYNVML = REPO_ROOT / "tests" / "gate" / "observers" / "fake_pynvml.py"
+
+
+def fake_pynvml() -> ModuleType:
+    """The sampler tests' fake NVML, loaded from its file: tests/ is not a package."""
+    spec = importlib.util.spec_from_file_location("fake_pynvml", FAKE_PYNVML)
+    if spec is None or spec.loader is None:
+        raise SystemExit(f"cannot load {FAKE_PYNVML}")
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = module  # its dataclasses look their module up there
+    spec.loader.exec_module(module)
+    return module
 
 
 def measure(name: str, config: SamplerConfig, nvml: object | None) -> dict:
@@ -73,7 +81,7 @@ def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--hz", type=float, default=50.0)
     parser.add_argument("--seconds", type=float, default=10.0)
-    parser.add_argument("--out", type=Path, default=ROOT / "benchmarks/results/sampler.json")
+    parser.add_argument("--out", type=Path, default=RESULTS_DIR / "sampler.json")
     args = parser.parse_args()
 
     child = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(3600)"])
@@ -90,11 +98,11 @@ def main() -> int:
                     **kw,
                 )
 
-            device = FakeDevice(accounting=True)
+            fake = fake_pynvml()
+            device = fake.FakeDevice(accounting=True)
             device.set_process_memory(child.pid, 2**30)
-            results.append(
-                measure("fake NVML, 1 device, pid + accounting", cfg("fake"), FakeNVML([device]))
-            )
+            nvml = fake.FakeNVML([device])
+            results.append(measure("fake NVML, 1 device, pid + accounting", cfg("fake"), nvml))
             results.append(measure("process RSS fallback", cfg("rss", use_nvml=False), None))
             if real_nvml_available():
                 results.append(measure("real NVML, all devices", cfg("real"), None))
@@ -114,14 +122,13 @@ def main() -> int:
             f"{r['achieved_hz']:>7} {100 * r['core_ratio']:>8.2f}% {r['cpu_ms_per_sample']:>9} "
             f"{'yes' if r['pass'] else 'NO':>5}"
         )
-    args.out.parent.mkdir(parents=True, exist_ok=True)
     record = {
         "benchmark": "sampler_overhead",
         "target_core_ratio": TARGET_CORE_RATIO,
         "machine": {"platform": platform.platform(), "cpu_count": os.cpu_count()},
         "results": results,
     }
-    args.out.write_text(json.dumps(record, indent=2) + "\n")
+    write_result(args.out, record)
     print(f"wrote {args.out}")
     return 0 if all(r["pass"] for r in results) else 1
 

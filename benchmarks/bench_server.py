@@ -1,7 +1,7 @@
 """HTTP overhead of the reference server: streaming tokens/s vs the offline engine, and
 server-side vs client-measured TTFT at low load.
 
-Run: .venv/bin/python benchmarks/bench_server.py [--device cpu] [--requests 32] [--max-tokens 128]
+Run: .venv/bin/python -m benchmarks.bench_server [--device cpu] [--requests 32] [--max-tokens 128]
 (--torch-threads applies to both sides, so they compete for the same cores the same way.)
 
 1. Offline: the same requests go straight into `Engine` (no HTTP, no asyncio), stepped to the end.
@@ -29,35 +29,34 @@ import asyncio
 import contextlib
 import json
 import os
-import platform
 import random
-import signal
 import statistics
 import subprocess
 import sys
-import tempfile
 import time
-from pathlib import Path
 from typing import Any
 
 import httpx
 import numpy as np
 
-REPO_ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(REPO_ROOT))
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-
-import host_steal  # noqa: E402
-import server_probe  # noqa: E402
-from low_load_ttft import run_low_load  # noqa: E402
-from raw_stream import stream_completion  # noqa: E402
-from step_breakdown import breakdown, fetch_steps, latest_seq, side_by_side  # noqa: E402
-from target_verdict import TargetVerdict, judge  # noqa: E402
-
-from reference_server.config import BatchingConfig, EngineConfig  # noqa: E402
-from reference_server.engine import Engine  # noqa: E402
-from reference_server.errors import ConfigError  # noqa: E402
-from reference_server.sampling_params import SamplingParams  # noqa: E402
+from benchmarks import host_steal, server_probe
+from benchmarks.harness import (
+    REPO_ROOT,
+    RESULTS_DIR,
+    Server,
+    host_facts,
+    normal_priority,
+    print_table,
+    write_result,
+)
+from benchmarks.low_load_ttft import run_low_load
+from benchmarks.raw_stream import stream_completion
+from benchmarks.step_breakdown import breakdown, fetch_steps, latest_seq, side_by_side
+from benchmarks.target_verdict import TargetVerdict, judge
+from reference_server.config import BatchingConfig, EngineConfig
+from reference_server.engine import Engine
+from reference_server.errors import ConfigError
+from reference_server.sampling_params import SamplingParams
 
 # A /health and /metrics pair every 25 ms: five runs of a few seconds give more than the 299
 # probes per path that a 95 % upper bound of a p99 needs (fewer, and it has no upper bound).
@@ -106,58 +105,31 @@ def run_offline(
 def run_offline_process(args: argparse.Namespace) -> dict:
     """The offline side in its own process at normal priority (this one is niced)."""
     command = [
-        sys.executable, str(Path(__file__).resolve()), "--offline-only",
+        sys.executable, "-m", "benchmarks.bench_server", "--offline-only",
         "--device", args.device, "--requests", str(args.requests),
         "--prompt-tokens", str(args.prompt_tokens), "--max-tokens", str(args.max_tokens),
         "--max-num-seqs", str(args.max_num_seqs),
         "--max-num-batched-tokens", str(args.max_num_batched_tokens),
         "--torch-threads", str(args.torch_threads),
     ]  # fmt: skip
-    # Undo this process's niceness for the child (root may lower it; others keep it).
+    # At normal priority: this process may be niced (--client-nice), the offline side is not.
     result = subprocess.run(
-        command, capture_output=True, text=True, check=True, timeout=1800,
-        preexec_fn=lambda: _renice_to(0),
+        command, cwd=REPO_ROOT, capture_output=True, text=True, check=True, timeout=1800,
+        preexec_fn=normal_priority,
     )  # fmt: skip
     return json.loads(result.stdout.strip().splitlines()[-1])
 
 
-def _renice_to(value: int) -> None:
-    with contextlib.suppress(PermissionError):
-        os.setpriority(os.PRIO_PROCESS, 0, value)
-
-
-def start_server(
-    args: argparse.Namespace, workdir: Path, engine_core: str = "process"
-) -> tuple[subprocess.Popen, str]:
-    workdir.mkdir(parents=True, exist_ok=True)
-    port_file = workdir / "port"
-    command = [
-        sys.executable, "-m", "reference_server", "--port", "0", "--port-file", str(port_file),
+def bundled_server(args: argparse.Namespace, engine_core: str = "process") -> Server:
+    """The bundled server with the engine settings of `args` (not started), at normal priority
+    with `args.torch_threads` OpenMP threads, like the offline side."""
+    return Server.bundled(
         "--device", args.device, "--max-num-seqs", str(args.max_num_seqs),
         "--max-num-batched-tokens", str(args.max_num_batched_tokens), "--log-level", "warning",
         "--engine-core", engine_core, *getattr(args, "extra_server_args", ()),
-    ]  # fmt: skip
-    env = {**os.environ, "OMP_NUM_THREADS": str(args.torch_threads)}
-    with open(workdir / "server.log", "wb") as log:  # the child keeps its own descriptor
-        process = subprocess.Popen(
-            command, cwd=REPO_ROOT, stdout=log, stderr=subprocess.STDOUT, env=env,
-            preexec_fn=lambda: _renice_to(0),
-        )  # fmt: skip
-    deadline = time.monotonic() + 300
-    with httpx.Client(timeout=2) as client:
-        while time.monotonic() < deadline:
-            if process.poll() is not None:
-                raise SystemExit(f"server exited: {(workdir / 'server.log').read_text()[-2000:]}")
-            if port_file.exists() and port_file.read_text().strip():
-                url = f"http://127.0.0.1:{int(port_file.read_text())}"
-                try:
-                    if client.get(f"{url}/health").status_code == 200:
-                        return process, url
-                except httpx.TransportError:
-                    pass
-            time.sleep(0.05)
-    process.kill()
-    raise SystemExit("server did not become healthy in 300 s")
+        name=f"server (engine core {engine_core})",
+        env={"OMP_NUM_THREADS": str(args.torch_threads)}, at_normal_priority=True,
+    )  # fmt: skip
 
 
 def _p99_ms(values: list[float]) -> float | None:
@@ -184,7 +156,7 @@ async def run_http(url: str, prompts: list[list[int]], max_tokens: int) -> dict:
     before = latest_seq(url)
     # At normal priority even when the client is niced (--client-nice): a probe stands for the
     # kubelet or Prometheus, not for the load.
-    prober = server_probe.launch(url, PROBE_INTERVAL_SECONDS, preexec_fn=lambda: _renice_to(0))
+    prober = server_probe.launch(url, PROBE_INTERVAL_SECONDS, preexec_fn=normal_priority)
     try:
         server_probe.start(prober)
         ticks = host_steal.read()
@@ -270,7 +242,7 @@ def main() -> int:
     )
     parser.add_argument("--offline-only", action="store_true", help=argparse.SUPPRESS)
     parser.add_argument(
-        "--output", default=str(REPO_ROOT / "benchmarks" / "results" / "server.json")
+        "--output", default=str(RESULTS_DIR / "server.json")
     )
     args = parser.parse_args()
     for name in ("requests", "prompt_tokens", "max_tokens", "max_num_seqs", "repeats",
@@ -296,34 +268,31 @@ def main() -> int:
     offline_runs: list[dict] = []
     http_runs: dict[str, list[dict]] = {p: [] for p in placements}
     low: dict[str, dict] = {}
-    with tempfile.TemporaryDirectory() as tmp:
-        servers: dict[str, tuple[subprocess.Popen, str]] = {}
+    with contextlib.ExitStack() as running:  # every server started is stopped on the way out
+        servers: dict[str, Server] = {}
         try:
             for placement in placements:  # one by one: a failed start stops those started
-                servers[placement] = start_server(args, Path(tmp) / placement, placement)
+                servers[placement] = running.enter_context(bundled_server(args, placement))
             if args.client_nice:
                 os.nice(args.client_nice)
             # Interleaved rounds: other load on a shared machine hits every side alike, and each
             # HTTP run has an offline run beside it for the same-round ratio.
             for _ in range(args.repeats):
                 offline_runs.append(run_offline_process(args))
-                for placement, (_, url) in servers.items():
+                for placement, server in servers.items():
                     http_runs[placement].append(
-                        asyncio.run(run_http(url, prompts, args.max_tokens))
+                        asyncio.run(run_http(server.url, prompts, args.max_tokens))
                     )
-            for placement, (_, url) in servers.items():
-                low[placement] = asyncio.run(run_low_load(url, prompts, args.low_load_requests))
+            for placement, server in servers.items():
+                low[placement] = asyncio.run(
+                    run_low_load(server.url, prompts, args.low_load_requests)
+                )
         except (RuntimeError, OSError, httpx.HTTPError, subprocess.CalledProcessError) as exc:
             # A server that refused the workload (e.g. --max-tokens over its cap), an offline
             # run that failed, a server gone: say which, after stopping the servers (finally).
             said = (getattr(exc, "stderr", None) or "").strip().splitlines()
             reason = said[-1] if said else str(exc)  # an offline child's own last word
             raise SystemExit(f"error: a run failed: {reason}") from None
-        finally:
-            for process, _ in servers.values():
-                process.send_signal(signal.SIGTERM)
-            for process, _ in servers.values():
-                process.wait(timeout=60)
     offline = max(offline_runs, key=lambda r: r["tokens_per_second"])
     best = {p: max(runs, key=lambda r: r["tokens_per_second"]) for p, runs in http_runs.items()}
     ratios = {p: run["tokens_per_second"] / offline["tokens_per_second"] for p, run in best.items()}
@@ -371,12 +340,9 @@ def main() -> int:
         "target_ratio": TARGET_RATIO,
         "target_probe_p99_ms": TARGET_PROBE_P99_MS,
         "low_load_ttft": low,
-        "host": {"platform": platform.platform(), "cpu_count": os.cpu_count(),
-                 "load_average": os.getloadavg()},
+        "host": host_facts(),
     }  # fmt: skip
-    Path(args.output).parent.mkdir(parents=True, exist_ok=True)
-    Path(args.output).write_text(json.dumps(result, indent=2) + "\n")
-    print(f"{'measure':<46}" + "".join(f"{'engine core ' + p:>30}" for p in placements))
+    write_result(args.output, result)
     rows = [
         ("offline engine output tokens/s", lambda p: f"{offline['tokens_per_second']:.1f}"),
         ("HTTP streaming output tokens/s", lambda p: f"{best[p]['tokens_per_second']:.1f}"),
@@ -415,8 +381,10 @@ def main() -> int:
         ("HTTP stack cost: client - server (ms)",
          lambda p: f"{low[p]['http_overhead_mean_seconds'] * 1e3:.2f}"),
     ]  # fmt: skip
-    for name, cell in rows:
-        print(f"{name:<46}" + "".join(f"{cell(p):>30}" for p in placements))
+    print_table(
+        ("measure", *(f"engine core {p}" for p in placements)),
+        ((name, *(cell(p) for p in placements)) for name, cell in rows),
+    )
     print(f"wrote {args.output}")
     return 0
 

@@ -1,7 +1,7 @@
 """The slo policy against continuous on a workload where long prompts arrive among decoding
 requests: time between tokens (ITL) p99, output tokens/s, and the long prompts' TTFT.
 
-Run: .venv/bin/python benchmarks/bench_slo.py [--phase-seconds 20] [--rounds 2]
+Run: .venv/bin/python -m benchmarks.bench_slo [--phase-seconds 20] [--rounds 2]
 
 One bundled server (the `small` model preset by default, one torch thread). Closed-loop decode
 streams (--streams, short prompts, --decode-tokens output tokens each, ignore_eos) run all along;
@@ -28,23 +28,16 @@ import argparse
 import asyncio
 import itertools
 import json
-import os
-import platform
 import random
-import signal
 import statistics
 import sys
-import tempfile
 import time
-from pathlib import Path
 from typing import Any
 
 import httpx
 
-REPO_ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-
-from bench_server import start_server  # noqa: E402
+from benchmarks.bench_server import bundled_server
+from benchmarks.harness import RESULTS_DIR, host_facts, print_table, write_result
 
 
 def _p(values: list[float], q: float) -> float:
@@ -251,9 +244,9 @@ def main() -> int:
         default=512,
         help="largest prefill chunk of one request per step (the server's default 512)",
     )
-    parser.add_argument("--output", default=str(REPO_ROOT / "benchmarks" / "results" / "slo.json"))
+    parser.add_argument("--output", default=str(RESULTS_DIR / "slo.json"))
     args = parser.parse_args()
-    # bench_server.start_server's knobs: the defaults' budget, one torch thread.
+    # bench_server.bundled_server's knobs: the defaults' budget, one torch thread.
     args.max_num_seqs, args.max_num_batched_tokens, args.torch_threads = 64, 2048, 1
     args.extra_server_args = (
         "--model",
@@ -263,13 +256,8 @@ def main() -> int:
         "--step-log-size",
         "65536",
     )
-    with tempfile.TemporaryDirectory() as tmp:
-        process, url = start_server(args, Path(tmp))
-        try:
-            phases = asyncio.run(run(url, args))
-        finally:
-            process.send_signal(signal.SIGTERM)
-            process.wait(timeout=60)
+    with bundled_server(args) as server:
+        phases = asyncio.run(run(server.url, args))
     by_policy = {p: [x for x in phases if x["policy"] == p] for p in ("continuous", "slo")}
 
     def mean(policy: str, key: str) -> float:
@@ -290,24 +278,20 @@ def main() -> int:
         "verdict": verdict,
         "targets": {"slo_itl_p99_over_target": "<= 1.2",
                     "slo_tokens_per_second_over_continuous": ">= 0.85"},
-        "host": {"platform": platform.platform(), "cpu_count": os.cpu_count(),
-                 "load_average": os.getloadavg()},
+        "host": host_facts(),
     }  # fmt: skip
-    Path(args.output).parent.mkdir(parents=True, exist_ok=True)
-    Path(args.output).write_text(json.dumps(result, indent=2) + "\n")
+    write_result(args.output, result)
     header = (
         "round", "policy", "target ms", "ITL p50", "ITL p99", "step p99", "client gap p99",
         "out tok/s", "long TTFT p50", "long TTFT p99", "longs", "max prefill/step",
     )  # fmt: skip
-    print(" | ".join(header))
-    for x in phases:
-        print(" | ".join([
-            str(x["round"]), x["policy"], f"{x['target_ms'] or '-'}", f"{x['itl_p50_ms']:.1f}",
-            f"{x['itl_p99_ms']:.1f}", f"{x['step_p99_ms']:.1f}",
-            f"{x['client_chunk_gap_p99_ms']:.1f}", f"{x['output_tokens_per_second']:.0f}",
-            f"{x['long_ttft_p50_ms']:.0f}", f"{x['long_ttft_p99_ms']:.0f}",
-            str(x["long_prompts"]), str(x["max_prefill_tokens_per_step"]),
-        ]))  # fmt: skip
+    print_table(header, ([
+        str(x["round"]), x["policy"], f"{x['target_ms'] or '-'}", f"{x['itl_p50_ms']:.1f}",
+        f"{x['itl_p99_ms']:.1f}", f"{x['step_p99_ms']:.1f}",
+        f"{x['client_chunk_gap_p99_ms']:.1f}", f"{x['output_tokens_per_second']:.0f}",
+        f"{x['long_ttft_p50_ms']:.0f}", f"{x['long_ttft_p99_ms']:.0f}",
+        str(x["long_prompts"]), str(x["max_prefill_tokens_per_step"]),
+    ] for x in phases))  # fmt: skip
     print(
         f"slo ITL p99 / target: {verdict['slo_itl_p99_over_target']:.2f} (target <= 1.2); "
         f"slo / continuous output tokens/s: "

@@ -13,7 +13,7 @@ value, threshold and margin per run — and writes benchmarks/results/speed_inva
 The claim it checks: the default passes every run; each preset fails its own gate every run,
 never by `inconclusive`.
 
-    .venv/bin/python benchmarks/bench_speed_invariance.py [--runs 3] [--conditions idle,busy,slow]
+    .venv/bin/python -m benchmarks.bench_speed_invariance [--runs 3] [--conditions idle,busy,slow]
         [--settings default,big_window,static,small_kv,shared_queue,jobs_interactive,starved_job,
                     no_prefix_cache,no_prefix_cache_sessions,thrash_cache]
 """

@@ -12,7 +12,7 @@ max), the exact request count (records = window lines = sent), errors and the cl
 Target: send-time error p99 <= 2 ms at 200 req/s. Prints a table and writes
 benchmarks/results/trace.json.
 
-    .venv/bin/python benchmarks/bench_trace.py [--mooncake PATH] [--azure PATH]
+    .venv/bin/python -m benchmarks.bench_trace [--mooncake PATH] [--azure PATH]
         [--window-seconds 600] [--fast-rps 200] [--skip-1x]
 
 Without paths it uses the packaged excerpts (300 s of Mooncake, 84 s of Azure: shorter windows).
@@ -28,14 +28,13 @@ import time
 from pathlib import Path
 from typing import Any
 
-from bench_loadgen import Server, _cpu_prefix
+from benchmarks.bench_loadgen import cpu_prefix, fake_server
+from benchmarks.harness import REPO_ROOT as REPO
+from benchmarks.harness import RESULTS_DIR, Server, write_result
+from loadgen.profiles import resolve
+from loadgen.traces import packaged_trace_path
 
-REPO = Path(__file__).resolve().parents[1]
-RESULTS = REPO / "benchmarks" / "results" / "trace.json"
-sys.path.insert(0, str(REPO))
-
-from loadgen.profiles import resolve  # noqa: E402
-from loadgen.traces import packaged_trace_path  # noqa: E402
+RESULTS = RESULTS_DIR / "trace.json"
 
 TARGET_P99_SECONDS = 0.002
 
@@ -65,7 +64,7 @@ def replay_point(
 ) -> dict[str, Any]:
     out = tmp / f"{name}-{scale:g}"
     cmd = [
-        *_cpu_prefix(0), sys.executable, "-m", "loadgen", "--target", server.url,
+        *cpu_prefix(0), sys.executable, "-m", "loadgen", "--target", server.url,
         "--profile", "trace", "--out", str(out), "--model", "fake-model",
         "--set", f"path={path}", "--set", f"format={fmt}",
         "--set", f"duration_seconds={seconds}", "--set", f"time_scale={scale}",
@@ -130,8 +129,7 @@ def main() -> int:
     rows = []
     with tempfile.TemporaryDirectory() as tmp_name:
         tmp = Path(tmp_name)
-        server = Server(tmp, "--ttft-ms", "0", "--itl-ms", "0")
-        try:
+        with fake_server("--ttft-ms", "0", "--itl-ms", "0") as server:
             for name, path, fmt in traces:
                 _, rate = _window(path, fmt, args.window_seconds)
                 scales = [args.fast_rps / rate] if args.skip_1x else [1.0, args.fast_rps / rate]
@@ -139,8 +137,6 @@ def main() -> int:
                     row = replay_point(server, tmp, name, path, fmt, args.window_seconds, scale)
                     rows.append(row)
                     print(f"{name} x{scale:.3g}: {json.dumps(row)}", file=sys.stderr, flush=True)
-        finally:
-            server.stop()
     header = (
         f"{'trace':<9} {'scale':>7} {'req/s':>7} {'lines':>6} {'sent':>6} {'exact':>5} "
         f"{'err':>4} {'p50 ms':>7} {'p99 ms':>7} {'max ms':>7} {'cpu':>5}"
@@ -157,13 +153,7 @@ def main() -> int:
     met = all(r["send_error_p99_ms"] <= TARGET_P99_SECONDS * 1000 for r in fast)
     print(f"target send-time error p99 <= 2 ms at >= {args.fast_rps:g} req/s: "
           f"{'met' if met else 'NOT met'}")  # fmt: skip
-    RESULTS.parent.mkdir(parents=True, exist_ok=True)
-    RESULTS.write_text(
-        json.dumps(
-            {"window_seconds": args.window_seconds, "rows": rows, "target_met": met}, indent=2
-        )
-        + "\n"
-    )
+    write_result(RESULTS, {"window_seconds": args.window_seconds, "rows": rows, "target_met": met})
     return 0
 
 

@@ -25,8 +25,8 @@ import shutil
 from pathlib import Path
 from typing import Any
 
-from client_tool_base import RunContext, Tool, ToolResult, median_ms, tool_bin
-from record_medians import record_medians
+from benchmarks.client_tool_base import RunContext, Tool, ToolResult, median_ms, tool_bin
+from benchmarks.record_medians import record_medians
 
 __all__ = ["build_tools"]
 

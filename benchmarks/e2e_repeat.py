@@ -19,7 +19,7 @@ A pass that fails does not stop the loop: every failure is data, and the table s
 clean run broke. With BATCHGATE_REQUIRE_LLAMACPP=1 in the environment (as .ci/run sets it after
 building llama-server) a missing llama.cpp server fails its test instead of skipping it.
 
-    .venv/bin/python benchmarks/e2e_repeat.py --condition idle --runs 10 [--repo /tmp/clone]
+    .venv/bin/python -m benchmarks.e2e_repeat --condition idle --runs 10 [--repo /tmp/clone]
 """
 
 from __future__ import annotations
@@ -34,8 +34,10 @@ import time
 from pathlib import Path
 from typing import Any
 
-HERE = Path(__file__).resolve().parents[1]
-RESULTS = HERE / "benchmarks" / "results" / "e2e_repeat.json"
+from benchmarks.harness import REPO_ROOT as HERE
+from benchmarks.harness import RESULTS_DIR, write_result
+
+RESULTS = RESULTS_DIR / "e2e_repeat.json"
 # pytest's closing line: "31 passed, 1 failed, 2 skipped in 651.25s (0:10:51)".
 _COUNT = re.compile(r"(\d+) (passed|failed|errors?|skipped|xfailed|xpassed)\b")
 _FAILED = re.compile(r"^(?:FAILED|ERROR) (\S+)", re.MULTILINE)
@@ -169,8 +171,7 @@ def main(argv: list[str] | None = None) -> int:
         entries.append(e)
         print(f"pass {n} ({args.condition}): rc {e['rc']}, {e['summary']}", flush=True)
         saved[commit] = entries
-        args.results.parent.mkdir(parents=True, exist_ok=True)
-        args.results.write_text(json.dumps(saved, indent=2) + "\n", encoding="utf-8")
+        write_result(args.results, saved)
     print_table(commit, entries)
     return 0 if all(clean(e) for e in entries[-args.runs :]) else 1
 

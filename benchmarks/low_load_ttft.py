@@ -16,7 +16,8 @@ from typing import Any
 
 import httpx
 from prometheus_client.parser import text_string_to_metric_families
-from raw_stream import has_content
+
+from benchmarks.raw_stream import has_content
 
 __all__ = ["run_low_load"]
 

@@ -1,7 +1,7 @@
 """Soak the bundled server: steady load at a fraction of its measured capacity for a long time,
 then drain; report RSS drift, KV blocks after the drain and non-OK responses.
 
-Run: .venv/bin/python benchmarks/soak_server.py [--minutes 30] [--fraction 0.6] [--model tiny]
+Run: .venv/bin/python -m benchmarks.soak_server [--minutes 30] [--fraction 0.6] [--model tiny]
 
 1. Start `python -m reference_server` (the engine core in its own process; RSS is summed over
    the server's process tree) and calibrate it with `batchgate calibrate --target`; capacity
@@ -21,8 +21,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
-import signal
 import subprocess
 import sys
 import tempfile
@@ -31,43 +29,14 @@ import time
 from pathlib import Path
 
 import httpx
-import psutil
 from prometheus_client.parser import text_string_to_metric_families
 
-REPO_ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(REPO_ROOT))
-
-from loadgen.profiles import PROFILES  # noqa: E402  (no Locust import: safe in this process)
+from benchmarks.harness import REPO_ROOT, RESULTS_DIR, Server, host_facts, print_table, write_result
+from loadgen.profiles import PROFILES  # no Locust import: safe in this process
 
 PYTHON = sys.executable
 SEGMENT_SECONDS = 60.0
 TARGET_RSS_GROWTH = 0.05
-
-
-def start_server(workdir: Path, model: str) -> tuple[subprocess.Popen, str]:
-    port_file = workdir / "port"
-    log = open(workdir / "server.log", "wb")  # noqa: SIM115 - lives as long as the server
-    process = subprocess.Popen(
-        [PYTHON, "-m", "reference_server", "--port", "0", "--port-file", str(port_file),
-         "--model", model, "--log-level", "warning"],
-        cwd=REPO_ROOT, stdout=log, stderr=subprocess.STDOUT,
-    )  # fmt: skip
-    deadline = time.monotonic() + 300
-    with httpx.Client(timeout=2) as client:
-        while time.monotonic() < deadline:
-            if process.poll() is not None:
-                raise SystemExit(f"server exited: {(workdir / 'server.log').read_text()[-2000:]}")
-            text = port_file.read_text().strip() if port_file.exists() else ""
-            if text:
-                url = f"http://127.0.0.1:{int(text)}"
-                try:
-                    if client.get(f"{url}/health").status_code == 200:
-                        return process, url
-                except httpx.TransportError:
-                    pass
-            time.sleep(0.1)
-    process.kill()
-    raise SystemExit("server did not become healthy in 300 s")
 
 
 def calibrate(url: str, workdir: Path) -> float:
@@ -86,10 +55,10 @@ def calibrate(url: str, workdir: Path) -> float:
 
 
 class RssSampler:
-    """RSS of the server's process tree, once a second, on a thread."""
+    """RSS of the server's process tree (Server.tree_rss_bytes), once a second, on a thread."""
 
-    def __init__(self, pid: int) -> None:
-        self._root = psutil.Process(pid)
+    def __init__(self, server: Server) -> None:
+        self.rss_now = server.tree_rss_bytes
         self.samples: list[tuple[float, int]] = []
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._run, daemon=True)
@@ -100,15 +69,6 @@ class RssSampler:
     def stop(self) -> None:
         self._stop.set()
         self._thread.join(5)
-
-    def rss_now(self) -> int:
-        total = 0
-        for proc in [self._root, *self._root.children(recursive=True)]:
-            try:
-                total += proc.memory_info().rss
-            except psutil.NoSuchProcess:
-                continue
-        return total
 
     def _run(self) -> None:
         while not self._stop.wait(1.0):
@@ -148,18 +108,23 @@ def main() -> int:
     parser.add_argument("--minutes", type=float, default=30.0)
     parser.add_argument("--fraction", type=float, default=0.6, help="share of capacity")
     parser.add_argument("--model", default="tiny")
-    parser.add_argument("--output", default=str(REPO_ROOT / "benchmarks" / "results" / "soak.json"))
+    parser.add_argument("--output", default=str(RESULTS_DIR / "soak.json"))
     args = parser.parse_args()
     segments = max(1, round(args.minutes * 60 / SEGMENT_SECONDS))
     with tempfile.TemporaryDirectory() as tmp:
         workdir = Path(tmp)
-        process, url = start_server(workdir, args.model)
+        # Up to 120 s to drain and exit after SIGTERM: its exit code is one of the results.
+        server = Server.bundled(
+            "--model", args.model, "--log-level", "warning", workdir=workdir,
+            stop_timeout_seconds=120.0,
+        ).start()  # fmt: skip
+        url = server.url
         try:
             capacity = calibrate(url, workdir)
             rate = capacity * args.fraction
             print(f"capacity {capacity:.1f} req/s; soaking at {rate:.1f} req/s for "
                   f"{segments} x {SEGMENT_SECONDS:.0f} s", flush=True)  # fmt: skip
-            sampler = RssSampler(process.pid)
+            sampler = RssSampler(server)
             sampler.start()
             rows = []
             for index in range(segments):
@@ -175,8 +140,7 @@ def main() -> int:
             kv_after = wait_idle(url)
             rss_end = sampler.rss_now()
         finally:
-            process.send_signal(signal.SIGTERM)
-            exit_code = process.wait(timeout=120)
+            exit_code = server.stop()
     warm = rows[0]["rss_bytes"]
     growth = (rss_end - warm) / warm
     peak = max((rss for _, rss in sampler.samples), default=rss_end)
@@ -188,10 +152,9 @@ def main() -> int:
         "rss_growth_after_warmup": growth, "kv_blocks_used_after_drain": kv_after,
         "server_exit_code": exit_code,
         "rss_samples": sampler.samples[:: max(1, len(sampler.samples) // 300)],
-        "host": {"cpu_count": os.cpu_count(), "load_average": os.getloadavg()},
+        "host": host_facts(),
     }  # fmt: skip
-    Path(args.output).parent.mkdir(parents=True, exist_ok=True)
-    Path(args.output).write_text(json.dumps(result, indent=2) + "\n")
+    write_result(args.output, result)
     table = [
         ("capacity (req/s, calibrated)", f"{capacity:.1f}"),
         (f"offered rate (req/s, {args.fraction:.0%})", f"{rate:.1f}"),
@@ -205,9 +168,7 @@ def main() -> int:
         ("KV blocks used after drain (target 0)", f"{kv_after:.0f}"),
         ("server exit code after SIGTERM", f"{exit_code}"),
     ]
-    print(f"{'measure':<52}{'value':>14}")
-    for name, value in table:
-        print(f"{name:<52}{value:>14}")
+    print_table(("measure", "value"), table)
     print(f"wrote {args.output}")
     ok = result["non_ok"] == 0 and kv_after == 0 and growth <= TARGET_RSS_GROWTH
     return 0 if ok else 1

@@ -11,13 +11,14 @@ from pathlib import Path
 
 import pytest
 
-SCRIPT = Path(__file__).resolve().parents[2] / "benchmarks" / "bench_server.py"
+REPO = Path(__file__).resolve().parents[2]
 
 
 def _bench(tmp_path: Path, *args: str, timeout: int = 120) -> subprocess.CompletedProcess[str]:
     return subprocess.run(
-        [sys.executable, str(SCRIPT), *args, "--output", str(tmp_path / "out.json")],
-        capture_output=True, text=True, timeout=timeout,
+        [sys.executable, "-m", "benchmarks.bench_server", *args,
+         "--output", str(tmp_path / "out.json")],
+        cwd=REPO, capture_output=True, text=True, timeout=timeout,
     )  # fmt: skip
 
 

@@ -18,14 +18,10 @@ from typing import Any
 import pytest
 from rundir_builder import request_records
 
-BENCHMARKS = Path(__file__).resolve().parents[2] / "benchmarks"
-# The benchmarks are scripts, not a package: they import each other by file name.
-sys.path.insert(0, str(BENCHMARKS))
-
-import bench_clients  # noqa: E402
-from client_tool_base import RunContext  # noqa: E402
-from client_tools import OpenAISDK  # noqa: E402
-from record_medians import median_noise, record_medians  # noqa: E402
+from benchmarks import bench_clients
+from benchmarks.client_tool_base import RunContext
+from benchmarks.client_tools import OpenAISDK
+from benchmarks.record_medians import median_noise, record_medians
 
 KEYS = ("ttft_p50_ms", "itl_p50_ms")
 

@@ -8,18 +8,17 @@ import subprocess
 import sys
 from pathlib import Path
 
-REPO = Path(__file__).resolve().parents[2]
-sys.path.insert(0, str(REPO / "benchmarks"))
+from benchmarks import e2e_repeat
 
-import e2e_repeat  # noqa: E402
+REPO = Path(__file__).resolve().parents[2]
 
 
 def _repeat(repo: Path, tmp_path: Path, results: Path, *, runs: int):
     return subprocess.run(
-        [sys.executable, str(REPO / "benchmarks" / "e2e_repeat.py"), "--condition", "idle",
+        [sys.executable, "-m", "benchmarks.e2e_repeat", "--condition", "idle",
          "--runs", str(runs), "--repo", str(repo), "--logs", str(tmp_path / "logs"),
          "--results", str(results)],
-        capture_output=True, text=True, timeout=120, check=False,
+        cwd=REPO, capture_output=True, text=True, timeout=120, check=False,
     )  # fmt: skip
 
 
@@ -112,9 +111,9 @@ def test_a_corrupt_results_file_is_a_clear_error(tmp_path: Path) -> None:
     for text in ("{not json", "[1, 2]"):
         results.write_text(text, encoding="utf-8")
         done = subprocess.run(
-            [sys.executable, str(REPO / "benchmarks" / "e2e_repeat.py"), "--condition", "idle",
+            [sys.executable, "-m", "benchmarks.e2e_repeat", "--condition", "idle",
              "--runs", "1", "--repo", str(repo), "--results", str(results)],
-            capture_output=True, text=True, timeout=60, check=False,
+            cwd=REPO, capture_output=True, text=True, timeout=60, check=False,
         )  # fmt: skip
         assert done.returncode == 2, done.stderr
         assert f"--results {results}: not the JSON this script writes" in done.stderr

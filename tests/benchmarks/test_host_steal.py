@@ -4,14 +4,11 @@ figure (None), never a made-up zero, where the file or the field is missing."""
 
 from __future__ import annotations
 
-import sys
 from pathlib import Path
 
 import pytest
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "benchmarks"))
-
-import host_steal
+from benchmarks import host_steal
 
 
 def _stat(path: Path, cpu_line: str) -> Path:

@@ -11,17 +11,13 @@ import asyncio
 import contextlib
 import json
 import socket
-import sys
 import threading
 import time
 from collections.abc import Iterator
-from pathlib import Path
 
 import pytest
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "benchmarks"))
-
-from raw_stream import stream_completion
+from benchmarks.raw_stream import stream_completion
 
 
 def _frame(payload: dict) -> bytes:

@@ -17,8 +17,8 @@ from pathlib import Path
 
 import pytest
 
+# Started by path as bench_server starts it: it imports nothing from the benchmarks package.
 BENCHMARKS = Path(__file__).resolve().parents[2] / "benchmarks"
-sys.path.insert(0, str(BENCHMARKS))
 
 
 class _Target(http.server.ThreadingHTTPServer):
@@ -80,7 +80,7 @@ def _wait_for_hits(server: _Target, path: str, count: int) -> None:
 def _record(server: _Target, url: str, interval: float, *, metrics_hits: int) -> dict:
     """Launch the probe, record until the target has seen `metrics_hits` /metrics probes (the
     warm-up's included), stop it; its latencies."""
-    import server_probe
+    from benchmarks import server_probe
 
     process = server_probe.launch(url, interval)
     try:
@@ -92,7 +92,7 @@ def _record(server: _Target, url: str, interval: float, *, metrics_hits: int) ->
 
 
 def test_it_records_only_between_go_and_the_end_of_its_input(target) -> None:
-    import server_probe
+    from benchmarks import server_probe
 
     server, url = target
     process = server_probe.launch(url, 0.05)  # returns once the probe printed `ready`
@@ -125,7 +125,7 @@ def test_input_that_ends_before_go_gives_no_latencies(target) -> None:
 
 @pytest.mark.parametrize("target", [503], indirect=True)
 def test_a_probe_that_cannot_start_is_an_error(target) -> None:
-    import server_probe
+    from benchmarks import server_probe
 
     _, url = target
     with pytest.raises(SystemExit, match="probe did not start"):
@@ -133,7 +133,7 @@ def test_a_probe_that_cannot_start_is_an_error(target) -> None:
 
 
 def test_a_probe_that_fails_during_the_run_fails_the_benchmark(target) -> None:
-    import server_probe
+    from benchmarks import server_probe
 
     server, url = target
     process = server_probe.launch(url, 0.05)

@@ -4,16 +4,11 @@ on hand-made records and against a real server's /admin/steps. Nothing here asse
 from __future__ import annotations
 
 import argparse
-import signal
-import sys
-from pathlib import Path
 
 import httpx
 import pytest
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "benchmarks"))
-
-from step_breakdown import breakdown, fetch_steps, latest_seq, side_by_side
+from benchmarks.step_breakdown import breakdown, fetch_steps, latest_seq, side_by_side
 
 
 def _step(seq: int, start: float, duration: float, forward: float, seqs: int) -> dict:
@@ -44,14 +39,14 @@ def test_the_split_adds_up_to_the_wall_time() -> None:
 
 
 def test_a_real_servers_steps_after_a_request_are_fetched_whole_or_refused(tmp_path) -> None:
-    import bench_server
+    from benchmarks.bench_server import bundled_server
 
     args = argparse.Namespace(
         device="cpu", max_num_seqs=4, max_num_batched_tokens=256, torch_threads=1,
         extra_server_args=("--step-log-size", "8"),
     )  # fmt: skip
-    process, url = bench_server.start_server(args, tmp_path / "server")
-    try:
+    with bundled_server(args) as server:
+        url = server.url
         before = latest_seq(url)
         body = {"prompt": [65, 66, 67], "max_tokens": 5, "ignore_eos": True}
         httpx.post(f"{url}/v1/completions", json=body, timeout=60).raise_for_status()
@@ -65,6 +60,3 @@ def test_a_real_servers_steps_after_a_request_are_fetched_whole_or_refused(tmp_p
         httpx.post(f"{url}/v1/completions", json={**body, "max_tokens": 12}, timeout=60)
         with pytest.raises(RuntimeError, match="step records were evicted"):
             fetch_steps(url, before)
-    finally:
-        process.send_signal(signal.SIGTERM)
-        process.wait(timeout=60)

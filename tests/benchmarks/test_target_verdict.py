@@ -5,14 +5,10 @@ JSON form keeps every figure and never carries an infinity."""
 from __future__ import annotations
 
 import json
-import sys
-from pathlib import Path
 
 import pytest
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "benchmarks"))
-
-from target_verdict import judge
+from benchmarks.target_verdict import judge
 
 
 @pytest.mark.parametrize(

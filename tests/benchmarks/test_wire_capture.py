@@ -9,17 +9,13 @@ import http.server
 import os
 import shutil
 import struct
-import sys
 import threading
 import urllib.request
 from pathlib import Path
 
 import pytest
 
-REPO = Path(__file__).resolve().parents[2]
-sys.path.insert(0, str(REPO / "benchmarks"))
-
-from wire_capture import Capture, read_pcap, ttft_by_client, wire_requests  # noqa: E402
+from benchmarks.wire_capture import Capture, read_pcap, ttft_by_client, wire_requests
 
 SERVER = 8000
 T0 = 1_800_000_000.0
@@ -158,7 +154,7 @@ def test_a_real_capture_of_a_loopback_exchange(tmp_path: Path) -> None:
 def test_a_capture_that_cannot_start_says_why(tmp_path: Path, monkeypatch) -> None:
     import subprocess
 
-    import wire_capture
+    from benchmarks import wire_capture
 
     real = subprocess.Popen
     refusal = 'echo "tcpdump: lo: You don\'t have permission to capture" >&2; exit 1'

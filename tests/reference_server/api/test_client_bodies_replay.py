@@ -1,7 +1,7 @@
 """Replays the exact requests real client tools sent (guidellm, AIPerf, inference-perf, the openai
 SDK, plain Locust with loadgen's locustfile) and checks the answers are what those tools parse.
 
-The bodies were captured once with `benchmarks/bench_clients.py --capture` (a logging proxy in
+The bodies were captured with `python -m benchmarks.bench_clients --capture` (a logging proxy in
 front of the server; each fixture names the tool, its version and the command), so CI needs none
 of the tools installed. Every body is sent byte for byte with the headers the tool sent, to a
 real server on port 0 with the server's default limits (AIPerf's default prompt is ~550 tokens,
