@@ -79,6 +79,9 @@ class Metric:
     # Histogram name in scrapes.jsonl that estimates this metric when exact samples are absent.
     histogram: str | None = None
     higher_is_better: bool = False
+    # On a target other than the bundled server a failure is reported as a warning (with what
+    # was measured): information about that server, not a fault of the run.
+    warn_only_on_foreign: bool = False
 
     @property
     def default_statistic(self) -> str | None:
@@ -97,7 +100,59 @@ _ALL = (
         unit=UnitKind.DURATION,
         statistics=_SAMPLE_STATS,
         scopes=_CLIENT_SCOPES,
-        description="request sent -> first chunk carrying generated content",
+        description=(
+            "request sent -> first chunk carrying generated tokens of either kind: reasoning "
+            "(delta.reasoning_content / delta.reasoning) or answer (delta.content)"
+        ),
+    ),
+    _m(
+        name="ttfc",
+        source=Source.CLIENT,
+        shape=Shape.SAMPLES,
+        unit=UnitKind.DURATION,
+        statistics=_SAMPLE_STATS,
+        scopes=_CLIENT_SCOPES,
+        description=(
+            "request sent -> first chunk carrying answer content (delta.content), after any "
+            "reasoning; equals ttft for a request that does not think"
+        ),
+    ),
+    _m(
+        name="reasoning_tokens",
+        source=Source.CLIENT,
+        shape=Shape.SAMPLES,
+        unit=UnitKind.COUNT,
+        statistics=_SAMPLE_STATS,
+        scopes=_CLIENT_SCOPES,
+        description=(
+            "reasoning tokens per ok request (usage.completion_tokens_details.reasoning_tokens, "
+            "else counted from the reasoning chunks)"
+        ),
+    ),
+    _m(
+        name="answer_mismatch_rate",
+        source=Source.CLIENT,
+        shape=Shape.SCALAR,
+        unit=UnitKind.RATIO,
+        statistics=("final",),
+        scopes=_WINDOW_SCOPES,
+        warn_only_on_foreign=True,
+        description=(
+            "share of the consistency probes (greedy, and seeded at temperature > 0) sent "
+            "during the profile whose answer differs from the same probe answered alone"
+        ),
+    ),
+    _m(
+        name="answer_divergence_position",
+        source=Source.CLIENT,
+        shape=Shape.SAMPLES,
+        unit=UnitKind.COUNT,
+        statistics=_SAMPLE_STATS,
+        scopes=_WINDOW_SCOPES,
+        description=(
+            "per probe whose answer differed: the first character where it left the answer "
+            "given alone (tokens on a byte-level tokenizer such as the bundled server's)"
+        ),
     ),
     _m(
         name="ttft_from_planned",

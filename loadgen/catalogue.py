@@ -1,7 +1,8 @@
 """The built-in profile catalogue: each profile's default parameters and its pure builder.
 
 Owns `PROFILES` (steady, ramp, night_trickle, burst, mixed_lengths, priority_mix, chat_sessions,
-trace, offline_job: name -> defaults, builder, description), where a builder turns resolved
+trace, offline_job, reasoning_mix, sampling_mix, consistency_probes: name -> defaults, builder,
+description), where a builder turns resolved
 parameters into the schedule's stages and the traffic classes. It does not apply overrides or
 scales (`loadgen.profiles`), plan requests (`loadgen.plan`) or read traces (`loadgen.replay`).
 """
@@ -135,6 +136,90 @@ def _build_offline_job(p: dict[str, Any]) -> tuple[list[RateStage], list[Traffic
     """The chat part (stages before_job, during_job); `loadgen.batch_job` sends the job."""
     validate_job_params(p)
     return job_stages(p), classes_one(p)
+
+
+def _split(p: dict[str, Any], ratio_key: str, names: tuple[str, str]) -> list[RateStage]:
+    """main_seconds split at `ratio_key` into two stages of the same rate (as the offline job's
+    before_job / during_job), so a ratio gate compares the two in one run at one load."""
+    ratio = float(p[ratio_key])
+    if not 0.0 < ratio < 1.0:
+        raise ConfigError(f"{ratio_key} must be within (0, 1), got {p[ratio_key]}")
+    total = float(p["main_seconds"])
+    return [
+        RateStage(name=names[0], duration_seconds=total * ratio, rate_rps=p["base_rate_rps"]),
+        RateStage(name=names[1], duration_seconds=total * (1 - ratio), rate_rps=p["base_rate_rps"]),
+    ]
+
+
+def _build_reasoning(p: dict[str, Any]) -> tuple[list[RateStage], list[TrafficClass]]:
+    """Chat alone (before_thinking), then chat with a share of thinking requests
+    (with_thinking): `thinking` requests ask for exactly `thinking_tokens` of reasoning (the
+    bundled server's `thinking_tokens`; others think as long as they think) within max_tokens,
+    which bounds reasoning and answer together."""
+    share = float(p["thinking_share"])
+    if not 0.0 < share < 1.0:
+        raise ConfigError(f"thinking_share must be within (0, 1), got {p['thinking_share']}")
+    thinking = p["thinking_tokens"]
+    if isinstance(thinking, bool) or not isinstance(thinking, int) or thinking < 1:
+        raise ConfigError(f"thinking_tokens must be a whole number >= 1, got {thinking!r}")
+    stages = _split(p, "thinking_start_ratio", ("before_thinking", "with_thinking"))
+    chat = classes_one(p)[0]
+    classes = [
+        chat,
+        TrafficClass(
+            weight=share / (1.0 - share),  # of with_thinking's requests: `share` think
+            priority=p["priority"],
+            length_class="thinking",
+            prompt_tokens=LengthDist.from_value(p["prompt_tokens"]),
+            output_tokens=LengthDist.from_value(p["thinking_output_tokens"]),
+            stages=("with_thinking",),
+            extra_body={
+                "chat_template_kwargs": {"enable_thinking": True},
+                "thinking_tokens": thinking,
+            },
+        ),
+    ]
+    return stages, classes
+
+
+def _build_sampling(p: dict[str, Any]) -> tuple[list[RateStage], list[TrafficClass]]:
+    """One parameter set for every request (uniform), then each request its own (mixed)."""
+    stages = _split(p, "mixed_start_ratio", ("uniform", "mixed"))
+    base = classes_one(p)[0]
+    uniform = dict(p["uniform_sampling"])
+    if not uniform:
+        raise ConfigError("uniform_sampling must name the shared sampling parameters")
+    return stages, [
+        TrafficClass(
+            weight=1.0,
+            priority=base.priority,
+            length_class="short",
+            prompt_tokens=base.prompt_tokens,
+            output_tokens=base.output_tokens,
+            stages=("uniform",),
+            extra_body=uniform,
+        ),
+        TrafficClass(
+            weight=1.0,
+            priority=base.priority,
+            length_class="short",
+            prompt_tokens=base.prompt_tokens,
+            output_tokens=base.output_tokens,
+            stages=("mixed",),
+            sampling="mixed",
+        ),
+    ]
+
+
+def _build_probes(p: dict[str, Any]) -> tuple[list[RateStage], list[TrafficClass]]:
+    if p["mode"] != "closed":
+        raise ConfigError("consistency_probes is a closed loop (one probe at a time)")
+    rounds = p["probe_rounds"]
+    if isinstance(rounds, bool) or not isinstance(rounds, int) or rounds < 1:
+        raise ConfigError(f"probe_rounds must be a whole number >= 1, got {rounds!r}")
+    return [RateStage(name="alone", duration_seconds=p["main_seconds"], rate_rps=1.0)], classes_one(
+        p
+    )
 
 
 _Builder = Callable[[dict[str, Any]], tuple[list[RateStage], list[TrafficClass]]]
@@ -301,5 +386,59 @@ PROFILES: dict[str, tuple[dict[str, Any], _Builder, str]] = {
         },
         _build_offline_job,
         "steady short chats (before_job, during_job stages) plus a Batch API job of job_lines",
+    ),
+    "reasoning_mix": (
+        {
+            "base_rate_rps": 2.0,
+            "main_seconds": 120.0,
+            "thinking_start_ratio": 0.4,
+            "thinking_share": 0.3,
+            "thinking_tokens": 64,
+            "priority": "interactive",
+            "prompt_tokens": _short_chat(),
+            "output_tokens": {"kind": "uniform", "low": 16, "high": 64, "min": 1, "max": 4096},
+            # reasoning + answer: max_tokens bounds both
+            "thinking_output_tokens": {
+                "kind": "uniform",
+                "low": 80,
+                "high": 128,
+                "min": 1,
+                "max": 4096,
+            },
+        },
+        _build_reasoning,
+        "chat (before_thinking), then chat with a share of thinking requests (with_thinking; "
+        "length_class thinking)",
+    ),
+    "sampling_mix": (
+        {
+            "mode": "closed",
+            "users": 64,
+            "base_rate_rps": 1.0,  # unused: a closed loop
+            "main_seconds": 120.0,
+            "mixed_start_ratio": 0.5,
+            "uniform_sampling": {"temperature": 0.7, "top_p": 0.9},
+            "priority": "interactive",
+            "prompt_tokens": _short_chat(),
+            "output_tokens": {"kind": "uniform", "low": 16, "high": 64, "min": 1, "max": 4096},
+        },
+        _build_sampling,
+        "saturating closed loop: one sampling parameter set for all (uniform), then each "
+        "request its own temperature/top_p/top_k/seed/penalties/logit_bias/stop (mixed)",
+    ),
+    "consistency_probes": (
+        {
+            "mode": "closed",
+            "base_rate_rps": 1.0,  # unused: one probe at a time
+            "main_seconds": 600.0,  # at most; ends when every probe was answered
+            "probe_rounds": 1,
+            "think_time_seconds": 0.1,  # the pause after each answer: the next finds it idle
+            "priority": "interactive",
+            "prompt_tokens": _short_chat(),  # unused: the probe set's prompts
+            "output_tokens": {"kind": "uniform", "low": 16, "high": 64, "min": 1, "max": 4096},
+        },
+        _build_probes,
+        "the answer-consistency probe set (loadgen.probes), each probe alone: the answers "
+        "the probes sent during other profiles are compared with",
     ),
 }

@@ -104,6 +104,9 @@ class OpenAIClient:
                 else {"include_usage": True}
             )
         body.update(cfg.extra_body or {})
+        # The request's own fields (thinking mode, sampling parameters, a probe's) win over the
+        # profile's: they are what this request is about.
+        body.update(req.body or {})
         return body
 
     def path(self) -> str:
@@ -223,6 +226,7 @@ class OpenAIClient:
         parser = SSEParser()
         done = False
         counted = 0  # tokens given to content chunks so far
+        reasoning_counted = 0  # of those, tokens of chunks that carried only reasoning
         last_at: float | None = None
         for piece, at in conn.iter_body(headers, deadline):
             last_at = at
@@ -241,10 +245,10 @@ class OpenAIClient:
                     continue
                 chunk = _parse_chunk(data)
                 usage = chunk.get("usage") if isinstance(chunk.get("usage"), dict) else None
-                text, finish = _chunk_content(chunk, self.config.endpoint)
+                text, reasoning, finish = _chunk_content(chunk, self.config.endpoint)
                 if finish:
                     rec.finish_reason = finish
-                if text:
+                if text or reasoning:
                     reported = usage.get("completion_tokens") if usage else None
                     if isinstance(reported, int):
                         # Cumulative count: this chunk carries what was generated since the
@@ -259,14 +263,23 @@ class OpenAIClient:
                     elif rec.chunk_tokens_source != source:
                         rec.chunk_tokens_source = "mixed"
                     counted += tokens
-                    if answer is not None:
+                    if answer is not None and text:
                         answer.append(text)
+                    # Reasoning and answer chunks are both generated tokens: both time ITL and
+                    # TTFT (docs/records.md); each kind's first arrival is kept apart.
                     rec.chunk_times.append(at)
                     rec.chunk_tokens.append(tokens)
                     if rec.first_token_at is None:
                         rec.first_token_at = at
+                    if reasoning and rec.first_reasoning_at is None:
+                        rec.first_reasoning_at = at
+                    if text and rec.first_content_at is None:
+                        rec.first_content_at = at
+                    if reasoning and not text:
+                        reasoning_counted += tokens
                 if usage:
                     _apply_usage(rec, usage)
+        _settle_reasoning(rec, reasoning_counted)
         if not done:
             if rec.finish_reason is not None and not parser.pending() and last_at is not None:
                 # Hugging Face `transformers serve` ends a complete answer (finish_reason and
@@ -289,12 +302,16 @@ class OpenAIClient:
         body = b"".join(pieces)
         at = rec.done_at = time.monotonic()
         chunk = _parse_chunk(body.decode("utf-8", "replace"), what="response body")
-        text, finish = _chunk_content(chunk, self.config.endpoint, full=True)
+        text, reasoning, finish = _chunk_content(chunk, self.config.endpoint, full=True)
         rec.finish_reason = finish
         if isinstance(chunk.get("usage"), dict):
             _apply_usage(rec, chunk["usage"])
+        if reasoning:
+            rec.first_reasoning_at = at
         if text:
-            if answer is not None:
+            rec.first_content_at = at
+        if text or reasoning:
+            if answer is not None and text:
                 answer.append(text)
             rec.first_token_at = at
             rec.chunk_times.append(at)
@@ -304,7 +321,8 @@ class OpenAIClient:
                 rec.chunk_tokens.append(rec.output_tokens)
                 rec.chunk_tokens_source = "usage"
             else:
-                rec.chunk_tokens.append(len(text.encode()))
+                rec.chunk_tokens.append(len((text + reasoning).encode()))
+        _settle_reasoning(rec, len(reasoning.encode()))
 
 
 def _parse_chunk(data: str, what: str = "SSE data") -> dict[str, Any]:
@@ -323,22 +341,41 @@ def _parse_chunk(data: str, what: str = "SSE data") -> dict[str, Any]:
 
 def _chunk_content(
     chunk: dict[str, Any], endpoint: str, full: bool = False
-) -> tuple[str, str | None]:
+) -> tuple[str, str, str | None]:
+    """(answer text, reasoning text, finish reason) of a chunk or a whole response."""
     choices = chunk.get("choices")
     if not isinstance(choices, list) or not choices:
         if "usage" in chunk:
-            return "", None  # the final usage-only chunk
+            return "", "", None  # the final usage-only chunk
         raise _Failure("protocol_error", "malformed chunk: no choices")
     choice = choices[0]
     if not isinstance(choice, dict):
         raise _Failure("protocol_error", "malformed chunk: choice is not an object")
+    reasoning: object = None
     if endpoint == "chat":
         part = choice.get("message" if full else "delta") or {}
         text = part.get("content") if isinstance(part, dict) else None
+        if isinstance(part, dict):
+            # vLLM's and DeepSeek's reasoning parsers (and the bundled server) send
+            # `reasoning_content`; OpenAI-style servers (and newer vLLM) `reasoning`.
+            reasoning = part.get("reasoning_content")
+            if not isinstance(reasoning, str) or not reasoning:
+                reasoning = part.get("reasoning")
     else:
         text = choice.get("text")
     finish = choice.get("finish_reason")
-    return (text if isinstance(text, str) else ""), (finish if isinstance(finish, str) else None)
+    return (
+        text if isinstance(text, str) else "",
+        reasoning if isinstance(reasoning, str) else "",
+        finish if isinstance(finish, str) else None,
+    )
+
+
+def _settle_reasoning(rec: RequestRecord, counted: int) -> None:
+    """The reasoning token count: the target's own (usage), else the reasoning chunks' tokens
+    (0 when none came: nothing was seen to think)."""
+    if rec.reasoning_tokens is None:
+        rec.reasoning_tokens = counted
 
 
 def _apply_usage(rec: RequestRecord, usage: dict[str, Any]) -> None:
@@ -347,6 +384,11 @@ def _apply_usage(rec: RequestRecord, usage: dict[str, Any]) -> None:
     if isinstance(usage.get("completion_tokens"), int):
         rec.output_tokens = usage["completion_tokens"]
         rec.tokens_source = "usage"
+    completion = usage.get("completion_tokens_details")
+    if isinstance(completion, dict):
+        thought = completion.get("reasoning_tokens")
+        if isinstance(thought, int) and not isinstance(thought, bool) and thought >= 0:
+            rec.reasoning_tokens = thought
     details = usage.get("prompt_tokens_details")
     if isinstance(details, dict):
         cached = details.get("cached_tokens")

@@ -84,6 +84,11 @@ def requests_schema() -> pa.Schema:
             ("session", text),
             ("turn", i8),
             ("trace_index", i8),
+            ("first_reasoning_at", f8),
+            ("first_content_at", f8),
+            ("reasoning_tokens", i8),
+            ("probe", i8),
+            ("probe_answer", text),
         ]
     )
 

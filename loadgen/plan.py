@@ -18,12 +18,15 @@ from __future__ import annotations
 import random
 import string
 import zlib
+from collections.abc import Mapping
 from dataclasses import dataclass
+from typing import Any
 
 from loadgen.arrivals import generate_arrivals
 from loadgen.dataset import DatasetEntry, load_dataset
 from loadgen.prefix_text import BlockText, target_units, token_units
 from loadgen.profiles import ProfileSpec, TrafficClass
+from loadgen.sampling_mix import request_body
 
 __all__ = ["PlannedRequest", "RequestFactory", "build_plan", "trace_plan"]
 
@@ -54,6 +57,11 @@ class PlannedRequest:
     # the turn is sent only once its parent answered.
     chat_id: str | None = None
     parent: str | None = None
+    # Request-body fields of this request's own (thinking mode, sampling parameters), merged
+    # over the profile's extra_body; `probe`: an answer-consistency probe's index
+    # (loadgen.probes), whose record is marked so.
+    body: Mapping[str, Any] | None = None
+    probe: int | None = None
 
     @property
     def prompt_text(self) -> str:
@@ -75,14 +83,29 @@ class RequestFactory:
         self._pool = "".join(pool_rng.choices(letters, k=_TEXT_POOL_BYTES))
         dataset = spec.params.get("dataset")
         self._dataset: list[DatasetEntry] | None = load_dataset(dataset) if dataset else None
-        self._deck = _ClassDeck(spec, stream)
+        self._spec_classes = spec.classes
+        self._stream = stream
+        self._decks: dict[str, _ClassDeck] = {}
+
+    def _deck_for(self, stage: str) -> _ClassDeck:
+        """The deck of the classes dealt in `stage`: one deck for every stage when no class is
+        stage-bound (the profiles before stage-bound classes deal exactly as they did)."""
+        if all(c.stages is None for c in self._spec_classes):
+            stage = ""
+        deck = self._decks.get(stage)
+        if deck is None:
+            classes = tuple(
+                c for c in self._spec_classes if c.stages is None or stage in c.stages
+            ) or self._spec_classes
+            deck = self._decks[stage] = _ClassDeck(self._spec, self._stream, classes)
+        return deck
 
     def make(self, index: int, offset_seconds: float, stage: str) -> PlannedRequest:
         rng = self._rng
         # One draw, as the class choice took before decks: the stream's other draws (lengths,
         # text) stay where they were, so a one-class profile plans exactly what it did.
         rng.random()
-        cls = self._deck.deal()
+        cls = self._deck_for(stage).deal()
         max_tokens = cls.output_tokens.sample(rng)
         if self._dataset is not None:
             entry = self._dataset[rng.randrange(len(self._dataset))]
@@ -101,6 +124,7 @@ class RequestFactory:
             messages=messages,
             prompt_tokens=prompt_tokens,
             max_tokens=max_tokens,
+            body=request_body(cls, self._spec.seed, index),
         )
 
     def _text(self, rng: random.Random, n_bytes: int) -> str:
@@ -120,12 +144,16 @@ class _ClassDeck:
     credit carries over, so after any number of whole decks every class is within one request
     of its share; the shuffle (its own seeded stream) keeps the order within a deck random."""
 
-    def __init__(self, spec: ProfileSpec, stream: int) -> None:
-        self._classes = spec.classes
-        self._weights = [c.weight for c in spec.classes]
+    def __init__(
+        self, spec: ProfileSpec, stream: int, classes: tuple[TrafficClass, ...] | None = None
+    ) -> None:
+        self._classes = spec.classes if classes is None else classes
+        self._weights = [c.weight for c in self._classes]
         self._total = sum(self._weights)
         self._credit = [0.0] * len(self._classes)
-        self._rng = random.Random(f"{spec.seed}-{stream}-classes")
+        # A stage-bound deck (a subset of the classes) shuffles with a stream of its own.
+        suffix = "" if classes is None or classes == spec.classes else f"-{len(self._classes)}"
+        self._rng = random.Random(f"{spec.seed}-{stream}-classes{suffix}")
         self._cards: list[int] = []
 
     def deal(self) -> TrafficClass:

@@ -8,6 +8,7 @@ does not know which profiles exist (`loadgen.catalogue`) or how overrides are ap
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -29,6 +30,12 @@ class TrafficClass:
     length_class: str
     prompt_tokens: LengthDist
     output_tokens: LengthDist
+    # Dealt only in these stages (None: in all); a stage's deck holds the classes dealt in it.
+    stages: tuple[str, ...] | None = None
+    # Request-body fields this class adds (e.g. thinking on), and "mixed" to draw each request's
+    # sampling parameters from `loadgen.sampling_mix` (the batch-alignment profile).
+    extra_body: Mapping[str, Any] | None = None
+    sampling: str = "default"
 
 
 @dataclass(frozen=True, kw_only=True)

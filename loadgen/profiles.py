@@ -60,10 +60,14 @@ COMMON_DEFAULTS: dict[str, Any] = {
     "mode": "open",
     "users": 4,
     "think_time_seconds": 0.0,
+    # Answer-consistency probes sent during the profile (loadgen.probes; 0: none). Their
+    # records are marked `probe` and count in the load; the gate compares their answers with
+    # the same probes answered alone (the consistency_probes profile).
+    "probes": 0,
 }
 
 
-_DRIVERS = {"chat_sessions": "sessions", "trace": "trace"}
+_DRIVERS = {"chat_sessions": "sessions", "trace": "trace", "consistency_probes": "probes"}
 # The trace profile's window at full scale when duration_seconds is not set: 300 s of the
 # trace: the whole packaged excerpt (smoke: 15 s, quick: 75 s).
 TRACE_WINDOW_SECONDS = 300.0
@@ -97,6 +101,9 @@ def _validate_common(p: dict[str, Any]) -> None:
         raise ConfigError(f"duration_seconds must be > 0, got {p['duration_seconds']}")
     if p["rate_rps"] is not None and float(p["rate_rps"]) <= 0:
         raise ConfigError(f"rate_rps must be > 0, got {p['rate_rps']}")
+    probes = p["probes"]
+    if isinstance(probes, bool) or not isinstance(probes, int) or probes < 0:
+        raise ConfigError(f"probes must be a whole number >= 0, got {probes!r}")
 
 
 def resolve(name: str, overrides: dict[str, Any] | None = None, scale: str = "full") -> ProfileSpec:

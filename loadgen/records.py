@@ -67,6 +67,17 @@ class RequestRecord:
     session: str | None = None
     turn: int | None = None
     trace_index: int | None = None
+    # Reasoning models (docs/records.md): when the first reasoning token (`delta.reasoning_content`
+    # or `delta.reasoning`) and the first answer token (`delta.content`) arrived, and how many
+    # reasoning tokens the answer held (usage.completion_tokens_details.reasoning_tokens, else
+    # counted from the reasoning chunks; 0 when none was streamed).
+    first_reasoning_at: float | None = None
+    first_content_at: float | None = None
+    reasoning_tokens: int | None = None
+    # An answer-consistency probe (loadgen.probes): its index in the probe set, and its answer
+    # text, compared by the gate with the same probe answered alone. Null on other requests.
+    probe: int | None = None
+    probe_answer: str | None = None
 
     def to_dict(self) -> dict[str, Any]:
         # Written out by hand: dataclasses.asdict deep-copies and costs more than the request.
@@ -98,6 +109,11 @@ class RequestRecord:
             "session": self.session,
             "turn": self.turn,
             "trace_index": self.trace_index,
+            "first_reasoning_at": self.first_reasoning_at,
+            "first_content_at": self.first_content_at,
+            "reasoning_tokens": self.reasoning_tokens,
+            "probe": self.probe,
+            "probe_answer": self.probe_answer,
         }
 
 
@@ -182,9 +198,20 @@ _RECORD_TYPES: dict[str, tuple[str, bool]] = {
     "session": ("str", True),
     "turn": ("int", True),
     "trace_index": ("int", True),
+    "first_reasoning_at": ("num", True),
+    "first_content_at": ("num", True),
+    "reasoning_tokens": ("int", True),
+    "probe": ("int", True),
+    "probe_answer": ("str", True),
 }
 # Added after the first release: a line without them is valid (older records).
-_OPTIONAL_RECORD_FIELDS = frozenset({"cached_tokens", "session", "turn", "trace_index"})
+_OPTIONAL_RECORD_FIELDS = frozenset(
+    {
+        "cached_tokens", "session", "turn", "trace_index", "first_reasoning_at",
+        "first_content_at", "reasoning_tokens", "probe", "probe_answer",
+    }
+)  # fmt: skip
+LENGTH_CLASSES = ("short", "long", "thinking")
 
 _CHECKS = {
     "str": lambda v: isinstance(v, str),
@@ -217,8 +244,8 @@ def validate_record(obj: Any) -> list[str]:
         problems.append(f"status {obj['status']!r} not one of {STATUSES}")
     if obj["priority"] not in ("interactive", "batch"):
         problems.append(f"priority {obj['priority']!r} not interactive|batch")
-    if obj["length_class"] not in ("short", "long"):
-        problems.append(f"length_class {obj['length_class']!r} not short|long")
+    if obj["length_class"] not in LENGTH_CLASSES:
+        problems.append(f"length_class {obj['length_class']!r} not short|long|thinking")
     if obj["endpoint"] not in ("chat", "completions"):
         problems.append(f"endpoint {obj['endpoint']!r} not chat|completions")
     if obj["tokens_source"] not in ("usage", "counted"):
@@ -253,6 +280,26 @@ def validate_record(obj: Any) -> list[str]:
         problems.append("chunk_times are not increasing")
     if times and obj["first_token_at"] is not None and abs(times[0] - obj["first_token_at"]) > 1e-5:
         problems.append("first_token_at differs from the first chunk time")
+    return problems + _reasoning_problems(obj)
+
+
+def _reasoning_problems(obj: dict[str, Any]) -> list[str]:
+    """TTFT is the first token of either kind: the first reasoning or answer token, whichever
+    came first, is `first_token_at`; neither comes before the send."""
+    firsts = [obj.get(k) for k in ("first_reasoning_at", "first_content_at")]
+    firsts = [t for t in firsts if t is not None]
+    problems = []
+    first = obj["first_token_at"]
+    if firsts and first is not None and abs(min(firsts) - first) > 1e-5:
+        problems.append("first_token_at is not the first reasoning or content token")
+    if firsts and (obj["sent_at"] is None or min(firsts) < obj["sent_at"]):
+        problems.append("a first reasoning or content token before sent_at")
+    if (obj.get("reasoning_tokens") or 0) < 0:
+        problems.append("reasoning_tokens is negative")
+    if obj.get("probe") is not None and obj["probe"] < 0:
+        problems.append("probe is negative")
+    if obj.get("probe") is None and obj.get("probe_answer") is not None:
+        problems.append("probe_answer on a record that is not a probe")
     return problems
 
 

@@ -28,6 +28,7 @@ from loadgen.deadline import DeadlineTimer
 from loadgen.httpconn import parse_target
 from loadgen.lengths import LengthDist
 from loadgen.plan import PlannedRequest, RequestFactory, build_plan
+from loadgen.probes import PROBE_SET, probe_request, probe_schedule
 from loadgen.profiles import ProfileSpec
 from loadgen.records import RequestRecord
 
@@ -67,6 +68,7 @@ class LoadSession:
         )
         self.cap = gevent.lock.BoundedSemaphore(int(p["max_concurrency"]))
         self.group = gevent.pool.Group()
+        self.probe_group = gevent.pool.Group()  # consistency probes in flight (loadgen.probes)
         self.lags: list[float] = []
         self.planned = 0
         self.sent = 0
@@ -85,7 +87,11 @@ class LoadSession:
         sampler = gevent.spawn(self._sample_cpu)
         interrupted = False
         try:
-            if self.spec.driver == "sessions":
+            if self.spec.driver != "probes" and self.worker_index == 0:
+                self.group.spawn(self._run_probes, t0)
+            if self.spec.driver == "probes":
+                self._run_probes_alone(t0)
+            elif self.spec.driver == "sessions":
                 self._run_sessions(t0)
             elif self.spec.mode == "closed":
                 self._run_closed(t0)
@@ -137,10 +143,15 @@ class LoadSession:
                 answered[req.chat_id].set()
 
     def _one(
-        self, req: PlannedRequest, planned_at: float, *, answer: list[str] | None = None
+        self,
+        req: PlannedRequest,
+        planned_at: float,
+        *,
+        answer: list[str] | None = None,
+        record_id: str | None = None,
     ) -> RequestRecord:
         rec = RequestRecord(
-            id=f"{self.worker_index}-{req.index}",
+            id=record_id or f"{self.worker_index}-{req.index}",
             profile=self.spec.name,
             stage=req.stage,
             priority=req.priority,
@@ -154,17 +165,69 @@ class LoadSession:
             session=req.session,
             turn=req.turn,
             trace_index=req.trace_index,
+            probe=req.probe,
         )
+        if req.probe is not None and answer is None:
+            answer = []
         try:
             with self.cap:
                 self.client.send(req, rec, answer=answer)
         except RequestCancelled:  # killed while waiting for a concurrency slot
             rec.status, rec.error = "cancelled", "cancelled before sending (waiting for a slot)"
+        if req.probe is not None and rec.status == "ok" and answer is not None:
+            rec.probe_answer = "".join(answer)
         if rec.sent_at is not None:
             self.sent += 1
             self.lags.append(rec.sent_at - rec.planned_at)
         self.sink(rec)
         return rec
+
+    # -- answer-consistency probes (loadgen.probes) ------------------------------------------
+    def _run_probes(self, t0: float) -> None:
+        """This profile's probes, a group at a time, spread over its schedule (worker 0 only:
+        one worker's share is the profile's). A closed loop or sessions that ended early end
+        the probes too: a probe sent to an idle server would not be under the profile's load."""
+        count = int(self.spec.params.get("probes") or 0)
+        duration = self.spec.schedule.duration_seconds
+        for n, (offset, members) in enumerate(probe_schedule(count, duration)):
+            delay = t0 + offset - time.monotonic()
+            if delay > 0:
+                gevent.sleep(delay)
+            if self.stopping or (self.spec.mode == "closed" and len(self.group) <= 1):
+                break
+            stage = self._stage_at(offset)
+            for j, index in enumerate(members):
+                req = probe_request(
+                    PROBE_SET[index], index=n * len(members) + j, offset_seconds=offset, stage=stage
+                )
+                self.planned += 1
+                self.probe_group.spawn(self._probe_one, req, t0 + offset)
+        self.probe_group.join()
+
+    def _probe_one(self, req: PlannedRequest, planned_at: float) -> None:
+        self._one(req, planned_at, record_id=f"{self.worker_index}-p{req.index}")
+
+    def _stage_at(self, offset: float) -> str:
+        tick = self.spec.schedule.tick(offset)
+        return tick.stage if tick is not None else self.spec.schedule.stages[-1].name
+
+    def _run_probes_alone(self, t0: float) -> None:
+        """The `consistency_probes` profile: every probe of the set, once, each alone (the
+        previous answered and a pause passed), the answers the gate compares with."""
+        pause = float(self.spec.params["think_time_seconds"])
+        delay = t0 - time.monotonic()
+        if delay > 0:
+            gevent.sleep(delay)
+        for round_ in range(int(self.spec.params["probe_rounds"])):
+            for probe in PROBE_SET:
+                if self.stopping:
+                    return
+                now = time.monotonic()
+                index = round_ * len(PROBE_SET) + probe.index
+                req = probe_request(probe, index=index, offset_seconds=now - t0, stage="alone")
+                self.planned += 1
+                self._one(req, now, record_id=f"{self.worker_index}-p{index}")
+                gevent.sleep(pause)
 
     # -- closed loop -----------------------------------------------------------------------
     def _run_closed(self, t0: float) -> None:
@@ -259,6 +322,7 @@ class LoadSession:
     def stop(self) -> None:
         """Stop scheduling and cancel everything in flight (recorded as `cancelled`)."""
         self.stopping = True
+        self.probe_group.kill(exception=RequestCancelled, block=True, timeout=5.0)
         self.group.kill(exception=RequestCancelled, block=True, timeout=5.0)
 
     def _sample_cpu(self) -> None:

@@ -1,7 +1,8 @@
 """Validation of a gates file's `presets:` (rollback batching settings) and `profiles:` sections.
 
 Owns the preset schema: which batching keys a preset may set (policy, sequence and token limits,
-shared queue, KV cache bytes, per-class queue settings) and the type of each. It does not apply
+shared queue, KV cache bytes, per-class queue settings, sampling alignment and the shared-seed
+bug) and the type of each. It does not apply
 presets to a server (`gate.rollback`) and does not know gates.
 """
 
@@ -16,6 +17,10 @@ __all__ = ["PresetReader"]
 
 _POLICIES = ("continuous", "dynamic", "static", "slo")
 _PRIORITIES = ("batch", "interactive")
+# Batch alignment (issue 39): "mixed" batches requests whatever their sampling parameters, each
+# row sampled with its own; "strict" only requests of one sampling signature (one at a time
+# when every request has its own seed).
+_ALIGNMENTS = ("mixed", "strict")
 _CLASS_KEYS = {
     "max_waiting": "int0",
     "max_batch_size": "int1",
@@ -36,6 +41,8 @@ _PRESET_KEYS = {
     "slo_min_prefill_tokens": "int1",
     "kv_cache_memory_bytes": "bytes",
     "num_gpu_blocks_override": "int1",
+    "sampling_alignment": "alignment",
+    "shared_sampler_seed": "bool",  # a bug on purpose: seeded requests share one generator
     "interactive": "class",
     "batch": "class",
 }
@@ -61,6 +68,10 @@ class PresetReader(FieldReader):
         if kind == "policy":
             if value not in _POLICIES:
                 raise self.err(kp, f"policy must be one of {', '.join(_POLICIES)}")
+            return value
+        if kind == "alignment":
+            if value not in _ALIGNMENTS:
+                raise self.err(kp, f"must be one of {', '.join(_ALIGNMENTS)}, got {value!r}")
             return value
         if kind == "priority":
             if value not in _PRIORITIES:

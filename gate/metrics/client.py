@@ -1,8 +1,12 @@
 """Client-side derivations: the glossary metrics (docs/gates.md) measured from request records.
 
-Owns the formulas of TTFT, TTFT from planned, E2E, E2E from planned, per-token ITL, TPOT,
-schedule lag, goodput, throughput, output tokens, error and 5xx shares, and recovery time after
-a burst. It returns measurements; it does not read files (`gate.rundir.requests`) or judge.
+Owns the formulas of TTFT (the first token of either kind), TTFC (the first answer token after
+any reasoning), reasoning tokens per request, TTFT from planned, E2E, E2E from planned,
+per-token ITL, TPOT, schedule lag, goodput, throughput, output tokens, error and 5xx shares, and
+recovery time after a burst. Answer-consistency probes (records marked `probe`) are load but
+not the profile's traffic: left out of every metric here but errors and 5xx
+(`gate.metrics.consistency` compares their answers). It returns measurements; it does not read
+files (`gate.rundir.requests`) or judge.
 """
 
 from __future__ import annotations
@@ -54,11 +58,17 @@ def client(
         return Samples(values=_itl_in(req, mask))
     if metric == "recovery_time":
         return _recovery(profile, slos)
+    if metric in ("ttfc", "reasoning_tokens") and req.first_content_at is None:
+        return NoData(reason="the records have no reasoning-aware fields")
     # A request that timed out or was cancelled before its first token waited at least until
     # it ended: left out, a TTFT gate would judge only the requests that were served in time.
     unserved = shared(("unserved",), lambda: _unserved(req))
     formulas = {
         "ttft": lambda: _waited(req.first_token_at, req.sent_at, req.done_at, unserved),
+        "ttfc": lambda: _waited(
+            _first_content(req), req.sent_at, req.done_at, _unserved(req, _first_content(req))
+        ),
+        "reasoning_tokens": lambda: np.where(ok, req.reasoning_tokens, np.nan),
         "ttft_from_planned": lambda: _waited(
             req.first_token_at, req.planned_at, req.done_at, unserved
         ),
@@ -71,7 +81,7 @@ def client(
         values = shared(("formula", metric), formulas[metric])
         values = values[mask]
         note = None
-        if metric.startswith("ttft") and (waited := int(np.count_nonzero(unserved & mask))):
+        if metric.startswith("ttf") and (waited := int(np.count_nonzero(unserved & mask))):
             note = (
                 f"{waited} requests timed out or were cancelled before a first token: counted "
                 "with the time they waited (a lower bound)"
@@ -87,6 +97,12 @@ def client(
         if statistic == "mean":
             return Samples(values=tokens)
         return Events(hits=int(tokens.sum()), total=int((mask & ok).sum()), window_seconds=seconds)
+    if metric in ("errors", "http_5xx"):
+        # A probe that failed is a failed request of the profile's load.
+        mask = shared(
+            ("mask+probes", scope, window),
+            lambda: request_mask(profile, scope, window, probes=True),
+        )
     hits = {
         "errors": lambda: ~ok,
         "http_5xx": lambda: (req.http_status >= 500) & (req.http_status < 600),
@@ -134,10 +150,19 @@ def _gaps_of(gaps: np.ndarray, counts: np.ndarray, mask: np.ndarray) -> np.ndarr
 _UNSERVED = ("timeout", "cancelled")
 
 
-def _unserved(req: Any) -> np.ndarray:
+def _unserved(req: Any, first: np.ndarray | None = None) -> np.ndarray:
     """Requests that ended waiting (timed out, or cancelled at the load's end) before any
-    token: their TTFT is censored at their end, not unknown. An error answer is not a wait."""
-    return req.status.mask(_UNSERVED) & np.isnan(req.first_token_at)
+    token (of `first`'s kind): their TTFT is censored at their end, not unknown. An error answer
+    is not a wait."""
+    first = req.first_token_at if first is None else first
+    return req.status.mask(_UNSERVED) & np.isnan(first)
+
+
+def _first_content(req: Any) -> np.ndarray:
+    """The first answer token's time; a record without reasoning or answer times (written before
+    they existed, when only answer chunks were timed) has its first token there."""
+    neither = np.isnan(req.first_content_at) & np.isnan(req.first_reasoning_at)
+    return np.where(neither, req.first_token_at, req.first_content_at)
 
 
 def _waited(

@@ -8,8 +8,9 @@ from gpu.jsonl and the offline job's outcome. It returns measurements (samples, 
 scalars, histograms, or NoData with the reason); it does not know thresholds, confidence or
 verdicts. The formulas live in `gate.metrics.client` (request records), `gate.metrics.server`
 (steps, scrapes), `gate.metrics.sampler` (gpu.jsonl) and `gate.metrics.batch_job` (load.json's
-`batch_job`); the value types in `gate.metrics.measurements`, the window in
-`gate.metrics.window`. This module dispatches by the glossary's source.
+`batch_job`), `gate.metrics.consistency` (probe answers); the value types in
+`gate.metrics.measurements`, the window in `gate.metrics.window`. This module dispatches by the
+glossary's source.
 """
 
 from __future__ import annotations
@@ -19,6 +20,7 @@ from typing import TYPE_CHECKING, Any
 from gate.glossary import Source, get_metric
 from gate.metrics.batch_job import BATCH_JOB_METRICS, batch_job
 from gate.metrics.client import client
+from gate.metrics.consistency import CONSISTENCY_METRICS, consistency
 from gate.metrics.measurements import Measurement, NoData, Scalar
 from gate.metrics.sampler import gpu
 from gate.metrics.server import server
@@ -80,6 +82,8 @@ def measure(
         return _run(profile, metric, statistic)
     if window is None:
         return NoData(reason=f"profile {profile.name!r} has no window (no load.json, no records)")
+    if metric in CONSISTENCY_METRICS:
+        return consistency(profile, metric, scope)
     if entry.source is Source.CLIENT:
         return client(
             profile,

@@ -145,7 +145,11 @@ def server(
                 total=0,
                 window_seconds=scope_seconds(profile, scope, window),
             )
-        sent = 0 if profile.requests is None else int(request_mask(profile, scope, window).sum())
+        sent = (
+            0
+            if profile.requests is None
+            else int(request_mask(profile, scope, window, probes=True).sum())
+        )
         if not sent:
             return NoData(reason="empty scope: no requests to share the preemptions among")
         return Scalar(value=preemptions / sent, n=sent)

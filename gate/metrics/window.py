@@ -58,12 +58,18 @@ def window_of(profile: ProfileData, *, warmup_seconds: float | None) -> Window |
     return Window(start=float(start) + warmup, end=float(end), activity_end=activity_end)
 
 
-def request_mask(profile: ProfileData, scope: Scope, window: Window) -> np.ndarray:
+def request_mask(
+    profile: ProfileData, scope: Scope, window: Window, *, probes: bool = False
+) -> np.ndarray:
+    """The records of `scope` in `window`; answer-consistency probes (records marked `probe`)
+    only with `probes`: they are load, but a probe's latency is not the profile's traffic's."""
     req = profile.requests
     assert req is not None  # callers check
     # Both ends: the load plans nothing after its window's end, so a record planned later is
     # not of this measurement (a records file with another load's lines appended).
     mask = (req.planned_at >= window.start) & (req.planned_at <= window.end)
+    if not probes and req.probe is not None:
+        mask &= np.isnan(req.probe)
     for key in ("stage", "priority", "length_class", "endpoint"):
         part = getattr(req, key).mask(getattr(scope, key))
         if part is not None:

@@ -28,6 +28,7 @@ from gate.orchestrator.calibration import (
     read_calibration,
     write_calibration,
 )
+from gate.orchestrator.consistency_probes import answer_alone
 from gate.orchestrator.live import LiveView
 from gate.orchestrator.plan import ProfilePlan, resolve_plans
 from gate.orchestrator.presets import REFERENCE_PRESET, live_settings, server_flags
@@ -125,6 +126,14 @@ class CalibrationPhase:
         data = {**data, "source": source}
         write_calibration(self.run_dir / CALIBRATION_FILE, data)
         resolved, relative_profiles = self._resolve(plans, data)
+        # The consistency probes' answers alone, under the run's own settings (issue 39).
+        problem = answer_alone(
+            run_dir=self.run_dir, gates_file=self.gates_file, target=target, server=server,
+            has_step_records=info.has_step_records, settings=settings, view=self.view,
+            children=children,
+        )  # fmt: skip
+        if problem is not None:
+            self.view.message(f"batchgate: {problem}")
         entry = {
             "source": source,
             "identity_key": key,

@@ -30,6 +30,7 @@ __all__ = [
     "META_SCHEMA_VERSION",
     "NULLABLE_FIELDS",
     "OPTIONAL_DEFAULTS",
+    "OPTIONAL_FLOAT_FIELDS",
     "REQUIRED_FIELDS",
     "SCHEMA_NAME",
     "SCHEMA_VERSION",
@@ -73,6 +74,9 @@ CATEGORICAL_FIELDS = (
     "endpoint",
     "chunk_tokens_source",
 )
+# Reasoning-aware timing and consistency probes (docs/records.md), read like FLOAT_FIELDS but
+# optional in a line: an older record (or a target without reasoning) reads as NaN.
+OPTIONAL_FLOAT_FIELDS = ("first_reasoning_at", "first_content_at", "reasoning_tokens", "probe")
 # Optional in a JSONL record (older records lack them), with the value such a record meant:
 # `endpoint` chat; `chunk_tokens_source` assumed (one token a chunk). The Parquet holds the value.
 OPTIONAL_DEFAULTS = {"endpoint": "chat", "chunk_tokens_source": "assumed"}
@@ -127,6 +131,11 @@ def requests_schema() -> pa.Schema:
             ("session", text),
             ("turn", i8),
             ("trace_index", i8),
+            ("first_reasoning_at", f8),
+            ("first_content_at", f8),
+            ("reasoning_tokens", i8),
+            ("probe", i8),
+            ("probe_answer", text),
         ]
     )
 

@@ -27,6 +27,7 @@ from gate.rundir.record_schema import (
     META_PARTIAL_LAST_LINE,
     META_SCHEMA,
     META_SCHEMA_VERSION,
+    OPTIONAL_FLOAT_FIELDS,
     SCHEMA_NAME,
     SCHEMA_VERSION,
     requests_schema,
@@ -40,7 +41,9 @@ if TYPE_CHECKING:
 
 __all__ = ["GATE_COLUMNS", "ParquetSink", "TrustedParquet", "open_trusted"]
 
-GATE_COLUMNS = (*FLOAT_FIELDS, *CATEGORICAL_FIELDS, "chunk_times", "chunk_tokens")
+GATE_COLUMNS = (
+    *FLOAT_FIELDS, *OPTIONAL_FLOAT_FIELDS, *CATEGORICAL_FIELDS, "chunk_times", "chunk_tokens"
+)  # fmt: skip
 # Row groups decoded per slice (the load generator writes ~38k requests a group): measured
 # with 1-8 and a whole-file read, small slices were as fast or faster, in half the memory.
 _GROUPS_PER_SLICE = 2

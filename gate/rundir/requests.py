@@ -26,6 +26,7 @@ from gate.rundir.jsonl_records import JsonlRecords
 from gate.rundir.record_schema import (
     CATEGORICAL_FIELDS,
     FLOAT_FIELDS,
+    OPTIONAL_FLOAT_FIELDS,
     RecordsError,
     jsonl_stamp,
     parquet_path,
@@ -80,6 +81,12 @@ class RequestColumns:
     itl_seconds: np.ndarray  # per-token gaps, request after request
     itl_counts: np.ndarray  # number of entries of itl_seconds per request (int64)
     partial_last_line: bool = False
+    # Reasoning timing and consistency probes (record_schema.OPTIONAL_FLOAT_FIELDS): NaN where a
+    # record does not say; `probe` is the probe's index in the probe set, NaN for other requests.
+    first_reasoning_at: np.ndarray | None = None
+    first_content_at: np.ndarray | None = None
+    reasoning_tokens: np.ndarray | None = None
+    probe: np.ndarray | None = None
     # What the reader noticed about the files (a corrupt Parquet read around, one not written).
     notes: tuple[str, ...] = ()
 
@@ -233,7 +240,9 @@ class _ColumnBuilder:
     table has one chunk per row group): numpy views of each chunk's buffers, joined once."""
 
     def __init__(self, *, gap_slots: int | None = None) -> None:
-        self.floats: dict[str, list[np.ndarray]] = {name: [] for name in FLOAT_FIELDS}
+        self.floats: dict[str, list[np.ndarray]] = {
+            name: [] for name in (*FLOAT_FIELDS, *OPTIONAL_FLOAT_FIELDS)
+        }
         self.codes = {name: _Codes() for name in CATEGORICAL_FIELDS}
         self.gaps: list[np.ndarray] = []
         self.counts: list[np.ndarray] = []

@@ -33,6 +33,7 @@ from gate.verdicts.assess import (
     point_value,
 )
 from gate.verdicts.context import BaselineLike, JudgeContext, make_verdict, measure_key
+from gate.verdicts.foreign import warn_only_on_foreign
 from gate.verdicts.model import Status, Verdict
 from gate.verdicts.relative import resolve_ideal, resolve_relative
 
@@ -355,7 +356,11 @@ def _gate_verdicts(ctx: JudgeContext, gate: Gate) -> list[Verdict]:
             )
             for name in names
         ]
-    return [_itl_basis(run, resolved, _judge(ctx, resolved, name)) for name in names]
+    resolved, foreign = warn_only_on_foreign(run.manifest, resolved)
+    verdicts = [_itl_basis(run, resolved, _judge(ctx, resolved, name)) for name in names]
+    if foreign is None:
+        return verdicts
+    return [dataclasses.replace(v, notes=(*v.notes, foreign)) for v in verdicts]
 
 
 def _itl_basis(run: RunData, gate: Gate, verdict: Verdict) -> Verdict:

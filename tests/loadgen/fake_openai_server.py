@@ -49,6 +49,10 @@ TUNABLE = (
     "per_chunk_usage",
     "usage",
     "hang_s",
+    "reasoning_tokens",
+    "reasoning_field",
+    "content_ms",
+    "vary_under_load",
 )
 
 
@@ -67,6 +71,9 @@ class State:
         self.in_flight = 0
         self.max_in_flight = 0
         self.ttft_seconds: list[float] = []  # server-side: request read -> first content written
+        # server-side, with reasoning: request read -> first reasoning / first answer written
+        self.first_reasoning_seconds: list[float] = []
+        self.first_content_seconds: list[float] = []
         self.stop = threading.Event()
         self.tokenize: bool = args.tokenize
 
@@ -113,6 +120,8 @@ class State:
                 "in_flight": self.in_flight,
                 "max_in_flight": self.max_in_flight,
                 "ttft_seconds": list(self.ttft_seconds[-10000:]),
+                "first_reasoning_seconds": list(self.first_reasoning_seconds[-10000:]),
+                "first_content_seconds": list(self.first_content_seconds[-10000:]),
                 "options": dict(self.opts),
             }
 
@@ -274,6 +283,22 @@ class Handler(BaseHTTPRequestHandler):
         itl = float(opts["itl_ms"]) / 1000.0
         sent = 0
         first = True
+        thinking = min(int(opts["reasoning_tokens"] or 0), n_tokens) if chat else 0
+        field = str(opts["reasoning_field"])
+        for _ in range(thinking):  # one reasoning token a chunk, before any answer
+            sleep_until(due)
+            sent += 1
+            chunk = {"choices": [{"index": 0, "delta": {field: "r"}, "finish_reason": None}]}
+            if opts["per_chunk_usage"]:
+                chunk["usage"] = {"prompt_tokens": prompt_tokens, "completion_tokens": sent}
+            self._event(chunk)
+            if sent == 1:
+                with self.state.lock:
+                    self.state.first_reasoning_seconds.append(time.monotonic() - read_at)
+            due += itl
+        if thinking and opts["content_ms"] is not None:
+            due = read_at + float(opts["content_ms"]) / 1000.0
+        varied = bool(opts["vary_under_load"]) and self.state.in_flight > 1
         while sent < n_tokens:
             k = min(per_chunk, n_tokens - sent)
             sleep_until(due)
@@ -290,10 +315,11 @@ class Handler(BaseHTTPRequestHandler):
                 self.close_connection = True
                 self.connection.shutdown(socket.SHUT_RDWR)
                 return
+            text = "".join("y" if varied and sent + i >= 3 else "x" for i in range(k))
             sent += k
             last = sent >= n_tokens
-            delta = {"content": "x" * k}
-            choice = {"index": 0, "delta": delta} if chat else {"index": 0, "text": "x" * k}
+            delta = {"content": text}
+            choice = {"index": 0, "delta": delta} if chat else {"index": 0, "text": text}
             choice["finish_reason"] = "length" if last else None
             chunk: dict[str, Any] = {"choices": [choice]}
             if opts["per_chunk_usage"]:
@@ -301,7 +327,10 @@ class Handler(BaseHTTPRequestHandler):
             self._event(chunk)
             if first:
                 with self.state.lock:
-                    self.state.ttft_seconds.append(time.monotonic() - read_at)
+                    if thinking:
+                        self.state.first_content_seconds.append(time.monotonic() - read_at)
+                    else:
+                        self.state.ttft_seconds.append(time.monotonic() - read_at)
                 first = False
             due += itl * k
         if include_usage and opts["usage"]:
@@ -313,6 +342,11 @@ class Handler(BaseHTTPRequestHandler):
                         "completion_tokens": sent,
                         "total_tokens": prompt_tokens + sent,
                         "prompt_tokens_details": {"cached_tokens": min(prompt_tokens, 3)},
+                        **(
+                            {"completion_tokens_details": {"reasoning_tokens": thinking}}
+                            if thinking
+                            else {}
+                        ),
                     },
                 }
             )
@@ -378,6 +412,34 @@ def build_parser() -> argparse.ArgumentParser:
         help="when the N-th completion request arrives, stall every response",
     )
     p.add_argument("--stall-ms", type=float, default=1000.0, help="length of that stall")
+    p.add_argument(
+        "--reasoning-tokens",
+        type=int,
+        default=0,
+        help="chat: stream this many reasoning tokens before the answer, within max_tokens "
+        "(tunable)",
+    )
+    p.add_argument(
+        "--reasoning-field",
+        default="reasoning_content",
+        choices=("reasoning_content", "reasoning"),
+        help="delta field of reasoning: vLLM/DeepSeek's reasoning_content or OpenAI-style "
+        "reasoning (tunable)",
+    )
+    p.add_argument(
+        "--content-ms",
+        type=float,
+        default=None,
+        help="with reasoning: time from the request to the first answer token (default: one "
+        "ITL after the last reasoning token) (tunable)",
+    )
+    p.add_argument(
+        "--vary-under-load",
+        action="store_true",
+        help="answers change with the company they keep: a request answered while others are "
+        "in flight gets 'y' from its 4th character on (a server without batch invariance) "
+        "(tunable)",
+    )
     p.add_argument(
         "--tokenize", action="store_true", help="serve llama.cpp's POST /tokenize (word counts)"
     )

@@ -33,6 +33,8 @@ PURE = [
     "loadgen.config",
     "loadgen.cli",
     "loadgen.probe",
+    "loadgen.probes",
+    "loadgen.sampling_mix",
     "loadgen.progress",
     "loadgen.cpu",
     "loadgen.overrides",
@@ -55,6 +57,7 @@ PURE = [
 LOAD_PROCESS = [
     "loadgen.__main__",
     "loadgen.locust.collector",
+    "loadgen.locust.heartbeat",
     "loadgen.locust.install",
     "loadgen.locust.options",
     "loadgen.locust.runner",

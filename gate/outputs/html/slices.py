@@ -13,7 +13,7 @@ from typing import Any
 
 import numpy as np
 
-from gate.rundir.record_schema import CATEGORICAL_FIELDS, FLOAT_FIELDS
+from gate.rundir.record_schema import CATEGORICAL_FIELDS, FLOAT_FIELDS, OPTIONAL_FLOAT_FIELDS
 from gate.rundir.requests import Categorical, RequestColumns
 from gate.rundir.run import ProfileData, StepColumns
 from gate.rundir.step_records import STEP_FIELDS
@@ -28,6 +28,9 @@ _STEP_ARRAYS = STEP_FIELDS
 
 def _requests(req: RequestColumns, mask: np.ndarray) -> RequestColumns:
     values: dict[str, Any] = {name: getattr(req, name)[mask] for name in _REQUEST_ARRAYS}
+    for name in OPTIONAL_FLOAT_FIELDS:  # reasoning times, probe marks (None: not read)
+        if getattr(req, name) is not None:
+            values[name] = getattr(req, name)[mask]
     for name in _REQUEST_CATEGORICALS:
         column: Categorical = getattr(req, name)
         values[name] = Categorical(codes=column.codes[mask], names=column.names)

@@ -1,0 +1,45 @@
+"""Per-request sampling parameters and thinking mode: the request-body fields a traffic class adds.
+
+Owns `request_body(cls, seed, index)`: a class's fixed `extra_body` (e.g. thinking on), and for a
+class whose `sampling` is "mixed", sampling parameters drawn per request from `SIGNATURES`
+(temperature, top_p, top_k, seed, penalties, logit_bias, stop), seeded by the profile's seed and
+the request's index so every worker plans the same body. Every draw is a different sampling
+signature from its neighbours' (a per-request seed makes each unique): an engine that batches only
+requests of one signature falls back to one at a time. It does not send anything or know about
+schedules.
+"""
+
+from __future__ import annotations
+
+import random
+from collections.abc import Mapping
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from loadgen.profile_spec import TrafficClass
+
+__all__ = ["SAMPLING_KINDS", "SIGNATURES", "request_body"]
+
+SAMPLING_KINDS = ("default", "mixed")
+
+# The parameter families a mixed batch holds (issue: "temperature, top_p, top_k, seed,
+# penalties, logit_bias, stop"). Each request takes one family and its own seed.
+SIGNATURES: tuple[Mapping[str, Any], ...] = (
+    {"temperature": 0.0},
+    {"temperature": 0.7, "top_p": 0.9},
+    {"temperature": 1.0, "top_k": 20},
+    {"temperature": 0.8, "presence_penalty": 0.5, "frequency_penalty": 0.3},
+    {"temperature": 0.9, "logit_bias": {"32": -5}},
+    {"temperature": 0.6, "top_p": 0.95, "stop": ["\n\n\n"]},
+)
+
+
+def request_body(cls: TrafficClass, seed: int, index: int) -> dict[str, Any] | None:
+    """The body fields request `index` of class `cls` adds; None when it adds none."""
+    body: dict[str, Any] = dict(cls.extra_body or {})
+    if cls.sampling == "mixed":
+        rng = random.Random(f"{seed}-sampling-{index}")
+        body.update(SIGNATURES[rng.randrange(len(SIGNATURES))])
+        if body.get("temperature", 1.0) > 0:
+            body["seed"] = rng.randrange(1 << 31)
+    return body or None
