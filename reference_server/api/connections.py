@@ -1,17 +1,24 @@
-"""Connection hygiene: who may hold a socket open, for how long, with how large a request head.
+"""The HTTP/1.1 protocol of the server: uvicorn's httptools protocol with connection hygiene.
 
-Owns `ConnectionGuard` (the open and idle connections of one server, by client address) and
-`guarded_protocol`, a subclass of uvicorn's httptools protocol that enforces it:
+Owns `guarded_protocol`, a subclass of uvicorn's httptools protocol that enforces what
+`ConnectionGuard` (connection_guard.py) counts, and the refusals it answers itself:
 
 - a connection must deliver a complete request head within `header_timeout_seconds` of being
   opened or of its previous response ending (slowloris, idle sockets); a partial head gets 408;
 - a head over `max_header_bytes` (request line + headers) or `max_header_count` lines gets 431
   as soon as it is seen, so an unterminated header line costs at most one read chunk of memory;
-- a new connection over `max_connections_per_client` (its address) or `max_connections` (all)
-  first closes the longest-idle connection (no request in progress) of that address / of all,
-  so idle sockets can never lock out a real request; when every connection is busy, the extra
-  connection's requests get 503, except `/health` and `/metrics`, which keep a reserve of
-  `_HEALTH_RESERVE` connections above the cap; past that reserve a new socket is closed at once.
+- a connection over `max_connections` / `max_connections_per_client` first makes an idle
+  keep-alive connection give way; with none, its request head is read and the request gets a
+  complete 503 with `Retry-After` and OpenAI's error shape, except `/health` and `/metrics`,
+  which are served; past the guard's overflow allowance a new socket gets that 503 at once;
+- every refusal, and a request that cannot be parsed (400), ends in a graceful close: the
+  answer is written, writes are shut down (FIN) and what the client still sends is read and
+  dropped for up to `_LINGER_SECONDS` and `_LINGER_BYTES`, so the client reads the answer
+  instead of a reset (closing a socket with unread input makes the kernel send RST, which can
+  destroy the answer still in flight); the client's own close ends the wait (uvicorn's
+  `eof_received` closes the transport);
+- on the server's shutdown, a connection that has sent part of a next request head gets 503
+  `draining`; one that has sent nothing is closed the same graceful way.
 
 httptools has no header limits of its own and uvicorn has no head deadline (its keep-alive
 timer starts only after a first response); h11 has a byte limit but neither of the others
@@ -26,111 +33,79 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import fcntl
+import logging
+import resource
 import socket
+import struct
+import termios
 from collections.abc import Callable
-from dataclasses import dataclass, field
 from typing import Any
 
+import httptools
+import orjson
 from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol
 
+from reference_server.api.connection_guard import (
+    Admission,
+    ConnectionGuard,
+    ConnectionLimits,
+    TrustedProxies,
+    forwarded_client,
+)
 from reference_server.api.server_config import ServerConfig
 from reference_server.api.sse import ABORT_KEY, WRITE_NOW_KEY
 
 __all__ = [
     "ABORT_KEY", "EXEMPT_PATHS", "ConnectionGuard", "ConnectionLimits", "guarded_protocol",
-    "uvicorn_options",
+    "raise_open_file_limit", "uvicorn_options",
 ]  # fmt: skip
+
+logger = logging.getLogger("reference_server.api")
 
 # Orchestrators and scrapers must see the truth while clients hog the connections.
 EXEMPT_PATHS = frozenset({b"/health", b"/metrics"})
-_HEALTH_RESERVE = 32
 # The kernel's share of what a client that stops reading costs: loopback autotuning grows a
 # socket's send buffer to megabytes, so a stalled stream would be noticed only after minutes of
 # generation nobody reads. Doubled by Linux; plenty for token streams and file downloads.
 _SEND_BUFFER_BYTES = 65_536
-_REASONS = {408: b"Request Timeout", 431: b"Request Header Fields Too Large",
-            503: b"Service Unavailable"}  # fmt: skip
+# How long a refused connection keeps reading (and dropping) after its answer and FIN: enough
+# for a client to finish sending its body and read the answer; its own close ends it sooner.
+_LINGER_SECONDS = 2.0
+# ... and at most this much (a body up to the default --max-body-bytes): a client still pushing
+# after that is not reading, and its reset is its own doing.
+_LINGER_BYTES = 1_048_576
+_REASONS = {400: b"Bad Request", 408: b"Request Timeout",
+            431: b"Request Header Fields Too Large", 503: b"Service Unavailable"}  # fmt: skip
+# code -> (status, OpenAI error type, message); Retry-After: 1 on every 503.
+_REFUSALS: dict[str, tuple[int, str, str]] = {
+    "server_connection_limit": (503, "service_unavailable", "the server has --max-connections "
+                                "connections open and none idle to close; retry shortly"),
+    "client_connection_limit": (503, "service_unavailable", "this client address has "
+                                "--max-connections-per-client connections open and none idle "
+                                "to close; retry shortly"),
+    "client_request_limit": (503, "service_unavailable", "this client (X-Forwarded-For) has "
+                             "--max-connections-per-client requests in progress through the "
+                             "proxy; retry shortly"),
+    "draining": (503, "service_unavailable", "server is draining (shutting down); retry on "
+                 "another replica"),
+    "header_timeout": (408, "invalid_request_error", "the request head did not arrive within "
+                       "--header-timeout-seconds"),
+    "header_too_large": (431, "invalid_request_error", "the request head is over "
+                         "--max-header-bytes or --max-header-count"),
+}  # fmt: skip
 
 
-@dataclass(frozen=True, kw_only=True)
-class ConnectionLimits:
-    max_connections: int
-    max_connections_per_client: int
-    header_timeout_seconds: float
-    max_header_bytes: int
-    max_header_count: int
-
-
-@dataclass
-class ConnectionGuard:
-    """Open connections by address, and the idle ones in the order they became idle."""
-
-    limits: ConnectionLimits
-    by_client: dict[str, dict[Any, None]] = field(default_factory=dict)
-    idle: dict[Any, None] = field(default_factory=dict)
-    idle_by_client: dict[str, dict[Any, None]] = field(default_factory=dict)
-    num_open: int = 0
-    num_evicted: int = 0
-    num_refused: int = 0
-
-    def opened(self, conn: Any) -> bool:
-        """Registers `conn` (idle); False when it must be closed at once (over the reserve)."""
-        peer = conn.peer
-        own = self.by_client.setdefault(peer, {})
-        own[conn] = None
-        self.num_open += 1
-        self.set_idle(conn, True)
-        limits = self.limits
-        while len(own) > limits.max_connections_per_client and self._evict(
-            self.idle_by_client.get(peer, {}), conn
-        ):
-            pass
-        while self.num_open > limits.max_connections and self._evict(self.idle, conn):
-            pass
-        if self.num_open > limits.max_connections + _HEALTH_RESERVE:
-            self.num_refused += 1
-            return False
-        return True
-
-    def closed(self, conn: Any) -> None:
-        own = self.by_client.get(conn.peer)
-        if own is None or conn not in own:
-            return
-        del own[conn]
-        if not own:
-            del self.by_client[conn.peer]
-        self.num_open -= 1
-        self.set_idle(conn, False)
-
-    def set_idle(self, conn: Any, idle: bool) -> None:
-        peer = conn.peer
-        if idle:
-            self.idle[conn] = None
-            self.idle_by_client.setdefault(peer, {})[conn] = None
-            return
-        self.idle.pop(conn, None)
-        own = self.idle_by_client.get(peer)
-        if own is not None:
-            own.pop(conn, None)
-            if not own:
-                del self.idle_by_client[peer]
-
-    def over_limit(self, conn: Any) -> bool:
-        """True when `conn` is beyond a cap with nothing idle left to close for it."""
-        own = self.by_client.get(conn.peer, {})
-        limits = self.limits
-        return len(own) > limits.max_connections_per_client or (
-            self.num_open > limits.max_connections
-        )
-
-    def _evict(self, pool: dict[Any, None], keep: Any) -> bool:
-        for victim in pool:
-            if victim is not keep:
-                self.num_evicted += 1
-                self.closed(victim)  # counted out now: its connection_lost comes later
-                victim.transport.close()
-                return True
-        return False
+def refusal_bytes(code: str) -> bytes:
+    """A complete HTTP/1.1 answer in OpenAI's error shape, ending the connection."""
+    status, kind, message = _REFUSALS[code]
+    body = orjson.dumps({"error": {"message": message, "type": kind, "param": None,
+                                   "code": code}})  # fmt: skip
+    head = b"HTTP/1.1 %d %s\r\ncontent-type: application/json\r\n" % (status, _REASONS[status])
+    if status == 503:
+        head += b"retry-after: 1\r\n"
+    head += b"content-length: %d\r\nconnection: close\r\n\r\n" % len(body)
+    return head + body
 
 
 def guarded_protocol(guard: ConnectionGuard) -> type[asyncio.Protocol]:
@@ -152,35 +127,74 @@ class _GuardedBase(HttpToolsProtocol):
             with contextlib.suppress(OSError):
                 sock.setsockopt(socket.SOL_SOCKET, socket.SO_SNDBUF, _SEND_BUFFER_BYTES)
         self.peer = self.client[0] if self.client else ""
+        self.client_key = self._guard.client_key(self.peer)
+        self.forwarded: str | None = None
         self._head_bytes = 0
         self._chunk_bytes = 0
         self._header_count = 0
         self._awaiting_head = True
-        self._refusal: int | None = None
+        self._refusal: str | None = None
         self._deadline: asyncio.TimerHandle | None = None
-        if not self._guard.opened(self):
-            self._guard.closed(self)
-            transport.abort()
+        self._lingering = False
+        self._lingered = 0
+        self._linger: asyncio.TimerHandle | None = None
+        if self._guard.opened(self) is Admission.OVER_CEILING:
+            self._guard.refused("server_connection_limit")
+            self._answer("server_connection_limit")  # no parser state: answered unread
             return
         self._arm_deadline()
+
+    def pending_input(self) -> int:
+        """Bytes waiting in this socket's kernel receive buffer (-1: cannot tell)."""
+        sock = self.transport.get_extra_info("socket")
+        if sock is None:
+            return -1
+        try:
+            return struct.unpack("i", fcntl.ioctl(sock.fileno(), termios.FIONREAD, b"\0" * 4))[0]
+        except OSError:
+            return -1
 
     def connection_lost(self, exc: Exception | None) -> None:
         self._guard.closed(self)
         self._disarm_deadline()
+        if self._linger is not None:
+            self._linger.cancel()
         super().connection_lost(exc)
 
     def data_received(self, data: bytes) -> None:
+        if self._lingering:  # after a refusal: read and dropped until the client closes
+            self._lingered += len(data)
+            if self._lingered > _LINGER_BYTES:
+                self.transport.close()
+            return
+        guard = self._guard
+        guard.heard_from(self)  # a byte of a request: never the one to close
+        guard.set_idle(self, False)
         self._chunk_bytes = len(data)
         if self._awaiting_head:
             self._head_bytes += len(data)
-        super().data_received(data)
+        # uvicorn's data_received, minus its warning line for what is a refusal here.
+        self._unset_keepalive_if_required()
+        try:
+            self.parser.feed_data(data)
+        except httptools.HttpParserUpgrade:
+            if self._should_upgrade():
+                self.handle_websocket_upgrade()
+            else:
+                self._unsupported_upgrade_warning()
+        except httptools.HttpParserError:
+            if self._refusal is None:
+                self.logger.warning("Invalid HTTP request received.")
+                self._refusal = "bad_request"
+            self._answer(self._refusal)
+            return
         # A head still incomplete past the limit (one unterminated line): stop buffering it.
         if (
             self._awaiting_head
             and self._head_bytes > self._guard.limits.max_header_bytes
             and not self.transport.is_closing()
         ):
-            self._refuse(431)
+            self._answer("header_too_large")
 
     def on_message_begin(self) -> None:
         super().on_message_begin()
@@ -193,24 +207,25 @@ class _GuardedBase(HttpToolsProtocol):
         self._header_count += 1
         limits = self._guard.limits
         if self._header_count > limits.max_header_count or len(value) > limits.max_header_bytes:
-            self._refusal = 431
-            # httptools turns this into HttpParserError; send_400_response answers 431 instead.
-            raise ValueError("request head over the limit")
+            self._refusal = "header_too_large"
+            raise ValueError("request head over the limit")  # httptools: HttpParserError
         super().on_header(name, value)
 
     def on_headers_complete(self) -> None:
         self._awaiting_head = False
         self._disarm_deadline()
         guard = self._guard
-        guard.set_idle(self, False)
         size = len(self.url) + sum(len(n) + len(v) + 4 for n, v in self.headers)
         if size > guard.limits.max_header_bytes:
-            self._refusal = 431
+            self._refusal = "header_too_large"
             raise ValueError("request head over the limit")
         path = self.url.split(b"?", 1)[0]
-        if path not in EXEMPT_PATHS and guard.over_limit(self):
-            self._refusal = 503
-            raise ValueError("connection over the limit")
+        if path not in EXEMPT_PATHS:
+            refusal = self._over_a_cap()
+            if refusal is not None:
+                guard.refused(refusal)
+                self._refusal = refusal
+                raise ValueError("connection over a cap")
         self.scope[ABORT_KEY] = self.transport.abort  # type: ignore[literal-required]
         super().on_headers_complete()
         # The cycle just made is this request's, even when it waits behind a pipelined one.
@@ -218,30 +233,75 @@ class _GuardedBase(HttpToolsProtocol):
         if writer is not None:
             self.scope[WRITE_NOW_KEY] = writer  # type: ignore[literal-required]
 
+    def _over_a_cap(self) -> str | None:
+        """The refusal code of this request's cap, or None when it may be served."""
+        guard = self._guard
+        if not guard.admit_late(self):
+            limits = guard.limits
+            own = guard.admitted_by_client.get(self.client_key or "", {})
+            per_client = limits.max_connections_per_client
+            if per_client < limits.max_connections and len(own) >= per_client:
+                return "client_connection_limit"
+            return "server_connection_limit"
+        if self.client_key is None:  # through a trusted proxy: count its client's requests
+            client = forwarded_client(
+                (v for n, v in self.headers if n == b"x-forwarded-for"), guard.trusted
+            )
+            if client is not None and not guard.hold_forwarded(self, client):
+                return "client_request_limit"
+        return None
+
     def on_response_complete(self) -> None:
         super().on_response_complete()
-        if not self.transport.is_closing() and not self.pipeline:
+        self._guard.release_forwarded(self)
+        if not self.transport.is_closing() and not self.pipeline and not self._lingering:
             self._awaiting_head = True
             self._head_bytes = 0
             self._guard.set_idle(self, True)
             self._arm_deadline()
 
     def send_400_response(self, msg: str) -> None:
-        if self._refusal is None:
-            super().send_400_response(msg)
-        else:
-            self._refuse(self._refusal)
+        self._answer(self._refusal or "bad_request")
 
-    def _refuse(self, status: int) -> None:
-        """A short plain answer and close; nothing of the request is read further."""
+    def shutdown(self) -> None:
+        """The server is stopping: a connection between requests is told so (503 draining)
+        when part of a next head has arrived, else closed gracefully; others finish first."""
+        if self._awaiting_head and (self.cycle is None or self.cycle.response_complete):
+            if self._head_bytes:
+                self._answer("draining")
+            else:
+                self._close_gracefully()
+            return
+        super().shutdown()
+
+    def _answer(self, code: str) -> None:
+        """A refusal's complete answer, then a graceful close; nothing more is parsed."""
+        if self._lingering or self.transport.is_closing():
+            return
+        if code == "bad_request":
+            body = b"Invalid HTTP request received."
+            self.transport.write(
+                b"HTTP/1.1 400 Bad Request\r\ncontent-type: text/plain; charset=utf-8\r\n"
+                b"content-length: %d\r\nconnection: close\r\n\r\n%b" % (len(body), body)
+            )
+        else:
+            self.transport.write(refusal_bytes(code))
+        self._close_gracefully()
+
+    def _close_gracefully(self) -> None:
+        """FIN after what was written, then read and drop until the client closes or the
+        linger time ends: the client reads the answer instead of a reset."""
         self._disarm_deadline()
         self._guard.set_idle(self, False)
-        reason = _REASONS[status]
-        body = reason
-        head = b"HTTP/1.1 %d %s\r\ncontent-type: text/plain; charset=utf-8\r\n" % (status, reason)
-        head += b"content-length: %d\r\nconnection: close\r\n\r\n" % len(body)
-        self.transport.write(head + body)
-        self.transport.close()
+        self._lingering = True
+        transport = self.transport
+        if transport.is_closing():
+            return
+        if transport.can_write_eof():
+            transport.write_eof()
+            self._linger = self.loop.call_later(_LINGER_SECONDS, transport.close)
+        else:
+            transport.close()
 
     def _arm_deadline(self) -> None:
         self._disarm_deadline()
@@ -256,12 +316,12 @@ class _GuardedBase(HttpToolsProtocol):
 
     def _head_timed_out(self) -> None:
         self._deadline = None
-        if not self._awaiting_head or self.transport.is_closing():
+        if not self._awaiting_head or self.transport.is_closing() or self._lingering:
             return
         if self._head_bytes:
-            self._refuse(408)  # a partial head: tell the (slow) client why
+            self._answer("header_timeout")  # a partial head: tell the (slow) client why
         else:
-            self.transport.close()
+            self._close_gracefully()
 
 
 _CYCLE_FIELDS = ("scope", "transport", "flow", "disconnected", "response_started",
@@ -293,16 +353,14 @@ def _chunk_writer(cycle: Any) -> Callable[[bytes], bool] | None:
     return write_now
 
 
-def uvicorn_options(config: ServerConfig) -> dict[str, Any]:
-    """The uvicorn.Config keywords of the HTTP layer: parser, limits, timeouts, proxy trust."""
+def uvicorn_options(
+    config: ServerConfig, *, on_refusal: Callable[[str], None] | None = None
+) -> dict[str, Any]:
+    """The uvicorn.Config keywords of the HTTP layer: parser, limits, timeouts, proxy trust.
+    `on_refusal(code)` is told of each request refused at a connection cap (metrics)."""
+    limits = connection_limits(config)
     guard = ConnectionGuard(
-        ConnectionLimits(
-            max_connections=config.max_connections,
-            max_connections_per_client=config.client_connection_cap,
-            header_timeout_seconds=config.header_timeout_seconds,
-            max_header_bytes=config.max_header_bytes,
-            max_header_count=config.max_header_count,
-        )
+        limits, trusted=TrustedProxies(config.trusted_proxies), on_refusal=on_refusal
     )
     proxies = config.trusted_proxies
     return {
@@ -316,4 +374,41 @@ def uvicorn_options(config: ServerConfig) -> dict[str, Any]:
         # uvicorn would read FORWARDED_ALLOW_IPS from the environment ('*' trusts everyone).
         "proxy_headers": proxies is not None,
         "forwarded_allow_ips": proxies if proxies is not None else "",
+        # A burst of connections waits in the kernel's queue until accepted (Linux caps it at
+        # net.core.somaxconn); a full queue makes clients retry their SYN a second later.
+        "backlog": max(2048, limits.max_connections + limits.overflow_allowance),
     }
+
+
+def connection_limits(config: ServerConfig) -> ConnectionLimits:
+    return ConnectionLimits(
+        max_connections=config.max_connections,
+        max_connections_per_client=config.client_connection_cap,
+        header_timeout_seconds=config.header_timeout_seconds,
+        max_header_bytes=config.max_header_bytes,
+        max_header_count=config.max_header_count,
+    )
+
+
+# Descriptors beyond the sockets: the engine's pipe, logs, Batch API files, SQLite.
+_SPARE_FILES = 256
+
+
+def raise_open_file_limit(config: ServerConfig) -> str | None:
+    """Raises the soft RLIMIT_NOFILE (often 1,024) towards what the caps can hold open, as far
+    as the hard limit allows; returns a warning when that is still too few."""
+    limits = connection_limits(config)
+    wanted = limits.max_connections + limits.overflow_allowance + _SPARE_FILES
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    if soft == resource.RLIM_INFINITY or soft >= wanted:
+        return None
+    target = wanted if hard == resource.RLIM_INFINITY else min(wanted, hard)
+    if target > soft:
+        with contextlib.suppress(ValueError, OSError):
+            resource.setrlimit(resource.RLIMIT_NOFILE, (target, hard))
+            soft = target
+    if soft >= wanted:
+        return None
+    return (f"open-file limit {soft} is below the {wanted} descriptors --max-connections "
+            f"{limits.max_connections} can hold (with its overflow); raise `ulimit -n` or "
+            "lower --max-connections")  # fmt: skip

@@ -28,7 +28,7 @@ from typing import Any
 import uvicorn
 
 from reference_server.api.app import ServerState, build_app, build_state
-from reference_server.api.connections import uvicorn_options
+from reference_server.api.connections import raise_open_file_limit, uvicorn_options
 from reference_server.api.server_config import ServerConfig
 from reference_server.async_engine import AsyncEngine
 from reference_server.config import EngineConfig
@@ -151,6 +151,9 @@ def _configure_logging(level: str) -> None:
 
 def run_server(engine_config: EngineConfig, server_config: ServerConfig) -> int:
     _configure_logging(server_config.log_level)
+    warning = raise_open_file_limit(server_config)
+    if warning is not None:
+        logger.warning("%s", warning)
     try:
         sock = bind_socket(server_config.host, server_config.port)
     except OSError as exc:
@@ -195,7 +198,8 @@ def run_server(engine_config: EngineConfig, server_config: ServerConfig) -> int:
     app = build_app(state, lifespan=lifespan)
     config = uvicorn.Config(
         app,
-        **uvicorn_options(server_config),  # parser, connection limits, proxy trust
+        # parser, connection limits (refusals counted in /metrics), proxy trust
+        **uvicorn_options(server_config, on_refusal=state.metrics.count_rejection),
         timeout_graceful_shutdown=5,
         lifespan="on",
         log_config=None,

@@ -50,12 +50,16 @@ class ServerConfig:
     request_timeout_seconds: float = 600.0
     drain_timeout_seconds: float = 30.0
     default_max_tokens: int = 256
+    # Thinking mode: reasoning tokens of a request that turns thinking on without giving
+    # thinking_tokens (reasoning_effort low / medium / high: x0.5 / x1 / x2; docs/server.md).
+    default_thinking_tokens: int = 32
     max_stop_sequences: int = 4
     max_stop_sequence_chars: int = 256
     max_messages: int = 1024
     strict: bool = False
     max_connections: int = 2048
-    max_connections_per_client: int | None = None  # None: half of max_connections
+    # None: max_connections. A load generator is one host (docs/server.md, "Connection limits")
+    max_connections_per_client: int | None = None
     keep_alive_timeout_seconds: float = 5.0
     header_timeout_seconds: float = 10.0
     max_header_bytes: int = 32_768
@@ -89,6 +93,7 @@ class ServerConfig:
         _check_positive_float(self, "request_timeout_seconds")
         _check_float(self, "drain_timeout_seconds", low=0.0)
         _check_positive_int(self, "default_max_tokens")
+        _check_int(self, "default_thinking_tokens", low=0, high=1_000_000)
         _check_int(self, "max_stop_sequences", low=0, high=1024)
         _check_positive_int(self, "max_stop_sequence_chars")
         _check_positive_int(self, "max_messages")
@@ -150,7 +155,7 @@ class ServerConfig:
     def client_connection_cap(self) -> int:
         if self.max_connections_per_client is not None:
             return self.max_connections_per_client
-        return max(1, self.max_connections // 2)
+        return self.max_connections
 
 
 def _check_proxies(text: str) -> None:
@@ -211,15 +216,19 @@ SERVER_FIELD_HELP: dict[str, str] = {
     "aborting them",
     "default_max_tokens": "max_tokens used when a request gives none, in tokens (capped by the "
     "remaining context)",
+    "default_thinking_tokens": "thinking mode: reasoning tokens of a request that turns "
+    "thinking on without giving thinking_tokens (reasoning_effort low/medium/high: x0.5/x1/x2)",
     "max_stop_sequences": "most stop strings one request may give",
     "max_stop_sequence_chars": "longest stop string accepted, in characters",
     "max_messages": "most chat messages one request may give",
     "strict": "refuse request fields the server does not know (400 unknown_parameter, as "
     "OpenAI does) instead of ignoring them with one log line per request (as vLLM does)",
     "max_connections": "most open HTTP connections; a new one over it closes the longest-idle "
-    "connection first, else its requests get 503 (/health and /metrics keep a reserve)",
-    "max_connections_per_client": "most open HTTP connections from one client address, same "
-    "rule ('none' = half of --max-connections)",
+    "keep-alive connection first, else its request is read and answered 503 with Retry-After "
+    "(/health and /metrics are still served)",
+    "max_connections_per_client": "most open HTTP connections from one client address (behind "
+    "--trusted-proxies: requests in progress per X-Forwarded-For client), same rule ('none' = "
+    "--max-connections: one load-generator host may use them all)",
     "keep_alive_timeout_seconds": "idle keep-alive connection timeout, in seconds",
     "header_timeout_seconds": "time a connection has to send a complete request head, from "
     "being opened or from its previous response, in seconds (closed after; 408 if partial)",

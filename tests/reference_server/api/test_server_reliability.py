@@ -77,7 +77,8 @@ def _status(raw: bytes) -> int:
 
 
 def test_idle_sockets_never_lock_out_health_and_are_closed_after_the_head_timeout(hardened):
-    # 300 > the per-client cap (100) and the total cap (200): the oldest idle ones give way.
+    # 300 > the per-client cap (100) and the total cap (200): the extra ones are kept to be
+    # answered once they send a head; past that allowance the oldest silent ones give way.
     socks = [_connect(hardened) for _ in range(300)]
     try:
         with httpx.Client(base_url=hardened.base_url, timeout=30) as client:
