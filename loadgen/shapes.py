@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
-from typing import Any
 
 from loadgen.errors import ConfigError
 
@@ -73,22 +72,6 @@ class RateSchedule:
     def __post_init__(self) -> None:
         if not self.stages:
             raise ConfigError("a rate schedule needs at least one stage")
-
-    @classmethod
-    def from_list(cls, stages: list[dict[str, Any]]) -> RateSchedule:
-        known = {"name", "duration_seconds", "rate_rps", "end_rate_rps"}
-        built = []
-        for i, stage in enumerate(stages):
-            if not isinstance(stage, dict):
-                raise ConfigError(f"stage {i} must be a mapping, got {stage!r}")
-            unknown = sorted(set(stage) - known)
-            if unknown:
-                raise ConfigError(f"stage {i}: unknown key(s) {unknown}; known: {sorted(known)}")
-            try:
-                built.append(RateStage(**stage))
-            except TypeError as exc:
-                raise ConfigError(f"stage {i}: {exc}") from exc
-        return cls(tuple(built))
 
     @property
     def duration_seconds(self) -> float:

@@ -67,9 +67,5 @@ class KVCache:
         self.kv_layers: list[torch.Tensor] = list(self.kv.unbind(0))
 
     @property
-    def num_slots(self) -> int:
-        return self.num_blocks * self.block_size
-
-    @property
     def nbytes(self) -> int:
         return self.kv.numel() * self.kv.element_size()

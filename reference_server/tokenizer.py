@@ -43,9 +43,6 @@ class ByteTokenizer:
         data = bytes(t for t in token_ids if _checked_id(t) < NUM_BYTE_TOKENS)
         return data.decode("utf-8", errors="replace")
 
-    def is_special(self, token_id: int) -> bool:
-        return token_id >= NUM_BYTE_TOKENS
-
     def apply_chat_template(self, messages: list[dict[str, str]]) -> list[int]:
         """bos, then per message: <role> content-bytes <end>, then <assistant> to prompt a reply."""
         if not isinstance(messages, list) or not messages:

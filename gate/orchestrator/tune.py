@@ -176,13 +176,6 @@ class TuneSearch:
             self.ended = "target died"
         return m
 
-    def _better(self, a: float | None, b: float | None) -> bool:
-        if a is None:
-            return False
-        if b is None:
-            return True
-        return a > b if self.higher else a < b
-
     def _rank(self, candidates: Sequence[Candidate], rung: int) -> list[Candidate]:
         def score(c: Candidate) -> float:
             m = c.at(rung)

@@ -73,10 +73,6 @@ class EmbeddingBatcher:
         self.batch_sizes: list[int] = []  # every dispatched size, for tests and benchmarks
         self._recent_batch_seconds = 0.0
 
-    @property
-    def num_pending(self) -> int:
-        return len(self._pending)
-
     async def embed(self, inputs: list[list[int]]) -> list[list[float]]:
         """Queue `inputs`, wait for their vectors (in order). Cancel-safe."""
         if self._closed:
