@@ -1,6 +1,6 @@
 """Overload relative to capacity: does every request the server cannot serve get an answer?
 
-Run: .venv/bin/python benchmarks/bench_overload.py [--repo DIR] [--requests 600] [--levels 2,5,10]
+Run: .venv/bin/python benchmarks/bench_overload.py [--repo DIR] [--requests 2000] [--levels 2,5,10]
 (--repo: the checkout whose server to start, e.g. an unpacked `git archive` of older code, to
 measure before/after with the same client.) It starts `python -m reference_server` on
 127.0.0.1, port 0, with its defaults (plus --device cpu unless --server-args says otherwise):
@@ -17,16 +17,20 @@ measure before/after with the same client.) It starts `python -m reference_serve
 
 Target: 0 transport errors and 0 5xx other than the documented 503s at every level. The client
 is one asyncio process speaking raw HTTP/1.1 (cheap enough for thousands of sockets on two
-cores); `flood` and `offer` are also what tests/reference_server/api/test_server_overload.py
+cores); `flood` and `send_one` are also what tests/reference_server/api/test_server_overload.py
 drives. Prints a table; writes benchmarks/results/overload.json (or --out).
 """
 
 from __future__ import annotations
 
+import argparse
 import asyncio
 import json
+import math
+import os
 import resource
 import sys
+import tempfile
 import time
 from collections import Counter
 from collections.abc import Sequence
@@ -41,6 +45,7 @@ if str(REPO_ROOT) not in sys.path:
 # A request's whole life, connect to last byte; a served long stream stays well inside it.
 REQUEST_TIMEOUT_SECONDS = 600.0
 _READ_BYTES = 65_536
+_NOT_OPENAI = "not OpenAI's error shape"
 
 
 @dataclass
@@ -162,9 +167,13 @@ async def send_one(
 
 
 async def _exchange(
-    host: str, port: int, request: bytes, source: str | None, response: _Response,
+    host: str,
+    port: int,
+    request: bytes,
+    source: str | None,
+    response: _Response,
     outcome: Outcome,
-) -> None:  # fmt: skip
+) -> None:
     local = (source, 0) if source is not None else None
     reader, writer = await asyncio.open_connection(host, port, limit=_READ_BYTES, local_addr=local)
     try:
@@ -185,27 +194,13 @@ def _error_code(body: bytes) -> str | None:
     try:
         error = json.loads(body)["error"]
     except (ValueError, KeyError, TypeError):
-        return "not OpenAI's error shape"
-    return str(error.get("code")) if isinstance(error, dict) else "not OpenAI's error shape"
+        return _NOT_OPENAI
+    return str(error.get("code")) if isinstance(error, dict) else _NOT_OPENAI
 
 
 async def flood(host: str, port: int, request: bytes, count: int) -> list[Outcome]:
     """`count` requests at once, each on its own connection."""
     return list(await asyncio.gather(*(send_one(host, port, request) for _ in range(count))))
-
-
-async def offer(host: str, port: int, request: bytes, count: int, rate: float) -> list[Outcome]:
-    """`count` requests arriving at `rate` per second, evenly spaced (an open loop: an arrival
-    never waits for an answer)."""
-    loop = asyncio.get_running_loop()
-    start = loop.time()
-    tasks = []
-    for index in range(count):
-        delay = start + index / rate - loop.time()
-        if delay > 0:
-            await asyncio.sleep(delay)
-        tasks.append(asyncio.ensure_future(send_one(host, port, request)))
-    return list(await asyncio.gather(*tasks))
 
 
 def counts(outcomes: Sequence[Outcome]) -> dict[str, int]:
@@ -220,3 +215,230 @@ def raise_open_file_limit(wanted: int) -> int:
         resource.setrlimit(resource.RLIMIT_NOFILE, (target, hard))
         soft = target
     return soft
+
+
+def get_bytes(host: str, port: int, path: str) -> bytes:
+    return f"GET {path} HTTP/1.1\r\nHost: {host}:{port}\r\n\r\n".encode()
+
+
+def p99(values: Sequence[float]) -> float | None:
+    """Nearest-rank 99th percentile; None without values."""
+    if not values:
+        return None
+    ordered = sorted(values)
+    return ordered[max(0, math.ceil(0.99 * len(ordered)) - 1)]
+
+
+async def calibrate(host: str, port: int, request: bytes, clients: int, seconds: float):
+    """A closed loop of `clients`: each sends its next request when its previous one ends.
+    Returns (completed requests per second, completed requests, window seconds)."""
+    loop = asyncio.get_running_loop()
+    start = loop.time()
+    deadline = start + seconds
+    done: list[float] = []
+    errors: list[str] = []
+
+    async def client() -> None:
+        while loop.time() < deadline:
+            outcome = await send_one(host, port, request)
+            if outcome.status != 200:
+                errors.append(outcome.label)
+                return
+            done.append(loop.time())
+
+    await asyncio.gather(*(client() for _ in range(clients)))
+    if errors or not done:
+        raise RuntimeError(f"calibration requests failed: {Counter(errors)}")
+    window = max(done) - start
+    return len(done) / window, len(done), window
+
+
+async def _waiting(host: str, port: int) -> float | None:
+    """Requests queued in the engine (both classes), from /metrics; None if unreadable."""
+    outcome = Outcome()
+    response = _Response()
+    try:
+        await _exchange(host, port, get_bytes(host, port, "/metrics"), None, response, outcome)
+    except OSError:
+        return None
+    if response.status != 200 or not response.complete:
+        return None
+    total = 0.0
+    for line in bytes(response.body).decode().splitlines():
+        if line.startswith("batchgate_num_requests_waiting{"):
+            total += float(line.rsplit(" ", 1)[1])
+    return total
+
+
+async def recovery_seconds(
+    host: str, port: int, probe: bytes, since: float, limit: float
+) -> float | None:
+    """From `since` (the last arrival) until a probe request is served 200 and nothing is
+    queued in the engine; None if that does not happen within `limit` seconds."""
+    loop = asyncio.get_running_loop()
+    while loop.time() - since < limit:
+        outcome = await send_one(host, port, probe, timeout=limit)
+        if outcome.status == 200 and await _waiting(host, port) == 0:
+            return loop.time() - since
+        await asyncio.sleep(0.05)
+    return None
+
+
+async def run_level(
+    host: str, port: int, request: bytes, probe: bytes, count: int, rate: float
+) -> dict[str, Any]:
+    """`count` arrivals at `rate`/s (open loop), the recovery after them, and the tally."""
+    loop = asyncio.get_running_loop()
+    start = loop.time()
+    tasks = []
+    for index in range(count):
+        delay = start + index / rate - loop.time()
+        if delay > 0:
+            await asyncio.sleep(delay)
+        tasks.append(asyncio.ensure_future(send_one(host, port, request)))
+    last_arrival = loop.time()
+    recovered = await recovery_seconds(host, port, probe, last_arrival, REQUEST_TIMEOUT_SECONDS)
+    outcomes: list[Outcome] = list(await asyncio.gather(*tasks))
+    served = [o.ttft for o in outcomes if o.status == 200 and o.ttft is not None]
+    refused = [o for o in outcomes if o.status in (429, 503)]
+    return {
+        "offered_rps": rate,
+        "achieved_rps": (count - 1) / (last_arrival - start) if count > 1 else None,
+        "requests": count,
+        "by_status": counts(outcomes),
+        "refusal_codes": dict(sorted(Counter(f"{o.status} {o.code}" for o in refused).items())),
+        "transport_errors": sum(1 for o in outcomes if o.status is None),
+        "other_5xx": sum(1 for o in outcomes if o.status and o.status >= 500 and o.status != 503),
+        "refusals_without_retry_after_or_error_shape": sum(
+            1 for o in refused if o.retry_after is None or o.code in (None, _NOT_OPENAI)
+        ),
+        "p99_ttft_served_s": p99(served),
+        "recovery_s": recovered,
+    }
+
+
+def _start_server(repo: Path, args: list[str], workdir: Path):
+    from gate.orchestrator.processes import (
+        python_argv,
+        start_child,
+        wait_for_health,
+        wait_for_port_file,
+    )
+
+    port_file = workdir / "port"
+    argv = python_argv("reference_server", ["--port", "0", "--port-file", str(port_file), *args])
+    child = start_child(
+        "server",
+        argv,
+        log_path=workdir / "server.log",
+        cwd=repo,
+        env={**os.environ, "OMP_NUM_THREADS": "1"},
+    )
+    try:
+        port = wait_for_port_file(child, port_file, timeout_seconds=180)
+        wait_for_health(f"http://127.0.0.1:{port}", timeout_seconds=180, child=child)
+    except BaseException:
+        child.stop()
+        raise
+    return child, port
+
+
+def _max_num_seqs(port: int) -> int:
+    import httpx
+
+    batching = httpx.get(f"http://127.0.0.1:{port}/admin/batching", timeout=30).json()
+    return int(batching.get("batching", batching)["max_num_seqs"])
+
+
+def _fmt(value: float | None, spec: str) -> str:
+    return "-" if value is None else format(value, spec)
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--repo", type=Path, default=REPO_ROOT)
+    parser.add_argument("--requests", type=int, default=2000, help="requests per level")
+    parser.add_argument("--levels", default="2,5,10", help="multiples of the capacity")
+    parser.add_argument("--max-tokens", type=int, default=64, help="output tokens a request")
+    parser.add_argument("--calibrate-seconds", type=float, default=10.0)
+    parser.add_argument(
+        "--server-args",
+        default="--device cpu",
+        help="extra server flags (default: the server's defaults on CPU)",
+    )
+    parser.add_argument("--out", type=Path, default=REPO_ROOT / "benchmarks/results/overload.json")
+    args = parser.parse_args(argv)
+    try:
+        levels = [float(x) for x in args.levels.split(",")]
+    except ValueError:
+        parser.error(f"--levels: not a comma-separated list of numbers: {args.levels!r}")
+    if args.requests < 1 or any(level <= 0 for level in levels):
+        parser.error("--requests and every level must be > 0")
+    raise_open_file_limit(args.requests + 1024)
+    repo = args.repo.resolve()
+    server_args = args.server_args.split()
+    body = {"prompt": "hi", "max_tokens": args.max_tokens, "ignore_eos": True, "stream": True}
+    host = "127.0.0.1"
+    with tempfile.TemporaryDirectory(prefix="overload-") as tmp:
+        child, port = _start_server(repo, server_args, Path(tmp))
+        try:
+            request = request_bytes(host, port, "/v1/completions", body)
+            probe = request_bytes(host, port, "/v1/completions", {"prompt": "hi", "max_tokens": 1})
+            clients = _max_num_seqs(port)
+            rps, completed, window = asyncio.run(
+                calibrate(host, port, request, clients, args.calibrate_seconds)
+            )
+            calibration = {
+                "clients": clients,
+                "completed": completed,
+                "window_s": window,
+                "capacity_rps": rps,
+                "output_tokens_per_s": rps * args.max_tokens,
+            }
+            print(
+                f"capacity: {rps:.1f} requests/s ({rps * args.max_tokens:.0f} output "
+                f"tokens/s), {clients} closed-loop clients, {window:.1f} s",
+                flush=True,
+            )
+            rows = []
+            for level in levels:
+                row = asyncio.run(run_level(host, port, request, probe, args.requests, level * rps))
+                row["level"] = level
+                rows.append(row)
+                print(f"{level:g}x: {json.dumps(row)}", flush=True)
+        finally:
+            code = child.stop(timeout_seconds=60)
+    target_met = all(r["transport_errors"] == 0 and r["other_5xx"] == 0 for r in rows)
+    print(
+        f"\n{'level':>5} {'offered/s':>9} {'sent/s':>7} {'by status':<34} {'transport':>9} "
+        f"{'5xx!=503':>8} {'p99 TTFT s':>10} {'recover s':>9}"
+    )
+    for r in rows:
+        statuses = " ".join(f"{k}:{v}" for k, v in r["by_status"].items() if k.isdigit())
+        print(
+            f"{r['level']:>4g}x {r['offered_rps']:>9.1f} {_fmt(r['achieved_rps'], '7.1f')} "
+            f"{statuses:<34} {r['transport_errors']:>9} {r['other_5xx']:>8} "
+            f"{_fmt(r['p99_ttft_served_s'], '10.3f')} {_fmt(r['recovery_s'], '9.2f')}"
+        )
+    print(
+        f"target (0 transport errors, 0 5xx other than 503, every level): "
+        f"{'met' if target_met else 'NOT met'}; server exit code {code}"
+    )
+    result = {
+        "repo": str(repo),
+        "server_args": server_args,
+        "request": body,
+        "requests_per_level": args.requests,
+        "calibration": calibration,
+        "levels": rows,
+        "target_met": target_met,
+        "server_exit_code": code,
+    }
+    args.out.parent.mkdir(parents=True, exist_ok=True)
+    args.out.write_text(json.dumps(result, indent=2) + "\n")
+    print(f"wrote {args.out}")
+    return 0 if target_met else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())
