@@ -22,6 +22,7 @@ from rich.text import Text
 from gate import glossary
 from gate.gates.model import Scope, Settings, Slos
 from gate.metrics import derive, measurements
+from gate.rundir.consistency import run_mismatches
 from gate.rundir.run import RunData
 from gate.stats import proportion_bounds, quantile_bounds, two_sided
 from gate.units import UnitKind, format_value
@@ -292,6 +293,11 @@ def compare(
     if verdicts_a is None or verdicts_b is None:
         missing = [name for name, v in (("A", verdicts_a), ("B", verdicts_b)) if v is None]
         notes.append(f"no verdicts for run {' and '.join(missing)}: verdicts not compared")
+    for label, run in (("A", run_a), ("B", run_b)):
+        notes.extend(
+            f"run {label} is damaged ({mismatch}): its metrics are of what is left"
+            for mismatch in run_mismatches(run)
+        )
     return Comparison(
         run_a=run_a.path,
         run_b=run_b.path,

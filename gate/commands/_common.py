@@ -10,6 +10,7 @@ or evaluate anything.
 from __future__ import annotations
 
 import argparse
+import json
 import os
 import re
 import sys
@@ -27,7 +28,9 @@ from gate.gates.reader import GatesFileError
 from gate.orchestrator.presets import start_only
 from gate.orchestrator.suite import SUITE_FILE
 from gate.outputs.files import read_verdicts
+from gate.rundir.consistency import run_mismatches
 from gate.rundir.run import RunData, RunDirError, load_run
+from gate.rundir.shapes import VERDICT_KEYS, VERDICTS, problem
 from gate.verdicts.model import Evaluation
 
 __all__ = [
@@ -45,6 +48,7 @@ __all__ = [
     "output_console",
     "read_saved_verdicts",
     "rollback_target",
+    "stale_verdicts_note",
 ]
 
 DEFAULT_GATES_FILE = Path("gates.yaml")
@@ -78,12 +82,13 @@ def find_gates_file(
     run its own gates fail."""
     if explicit:
         return Path(explicit)
+    copy = Path(run_dir) / SUITE_FILE
+    if manifest is not None and copy.is_file():
+        # Whatever the manifest says (a damaged one may have lost `gates_file`): the run's own.
+        return copy
     recorded = (manifest or {}).get("gates_file")
     if not recorded:
         return default_gates_path()
-    copy = Path(run_dir) / SUITE_FILE
-    if copy.is_file():
-        return copy
     if Path(recorded).is_file():
         return Path(recorded)
     raise UsageError(
@@ -138,13 +143,42 @@ def rollback_target(explicit: str | None, manifest: Mapping[str, Any] | None) ->
 
 
 def read_saved_verdicts(path: Path) -> Evaluation | None:
-    """The evaluation saved in a verdicts.json; None when the file is not there."""
+    """The evaluation saved in a verdicts.json; None when the file is not there. A file that
+    is not JSON, or has a field of the wrong type or a verdict without a key it needs, is
+    no data (5), named `file: field: what is wrong`."""
     if not path.exists():
         return None
+    try:
+        data = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, ValueError) as exc:
+        raise UsageError(f"{path}: unreadable verdicts: {exc}", ExitCode.NO_DATA) from None
+    wrong = problem(data, VERDICTS) if isinstance(data, dict) else "expected a JSON object"
+    if wrong is None:
+        for index, verdict in enumerate(data.get("verdicts") or ()):
+            missing = [key for key in VERDICT_KEYS if key not in verdict]
+            if missing:
+                wrong = f"verdicts[{index}]: no {missing[0]!r}"
+                break
+    if wrong is not None:
+        raise UsageError(f"{path}: unreadable verdicts: {wrong}", ExitCode.NO_DATA)
     try:
         return read_verdicts(path)
     except (OSError, ValueError) as exc:
         raise UsageError(f"{path}: unreadable verdicts: {exc}", ExitCode.NO_DATA) from None
+
+
+def stale_verdicts_note(run: RunData) -> str | None:
+    """What a command showing a run's stored verdicts.json must say when the run no longer
+    matches them: records lost or changed after the verdicts were judged, or a file damaged
+    so that `check` could not judge the run (`gate.rundir.consistency.run_mismatches`)."""
+    mismatches = run_mismatches(run)
+    if not mismatches:
+        return None
+    return (
+        f"{Path(run.path) / 'verdicts.json'} was judged on a run that no longer matches it "
+        f"({'; '.join(mismatches)}): its verdicts are stale; `batchgate check` judges the run "
+        "as it is"
+    )
 
 
 def open_run(path_text: str | Path) -> RunData:

@@ -7,12 +7,12 @@ import json
 import sys
 
 from gate.baseline import BaselineError, BaselineStore, InvalidBaselineRun
-from gate.commands._common import default_gates_path, output_console
-from gate.errors import ExitCode
+from gate.commands._common import default_gates_path, load_gates, open_run, output_console
+from gate.errors import ExitCode, UsageError
 from gate.gates.file import load
 from gate.gates.model import GatesFile
 from gate.gates.reader import GatesFileError
-from gate.rundir.run import RunDirError, load_run
+from gate.rundir.run import RunDirError
 
 __all__ = ["register", "run"]
 
@@ -44,10 +44,11 @@ def run(args: argparse.Namespace) -> int:
     store = BaselineStore(args.dir)
     try:
         if args.action == "save":
-            gates_file = load(args.gates) if args.gates else _default_gates()
-            baseline = store.save(
-                load_run(args.run_dir), args.name, gates_file=gates_file, overwrite=args.force
-            )
+            # As `check` reads them: a gates file that is missing 2, invalid 4; a run path that
+            # is missing 2, a directory that is no readable run (a damaged file) 5.
+            gates_file = load_gates(args.gates) if args.gates else _default_gates()
+            run_data = open_run(args.run_dir)
+            baseline = store.save(run_data, args.name, gates_file=gates_file, overwrite=args.force)
             out.print(
                 f"saved baseline {baseline.name!r}: {len(baseline.measures)} statistics, "
                 f"profiles {', '.join(baseline.provenance) or 'none'} -> {store.root}",
@@ -61,6 +62,9 @@ def run(args: argparse.Namespace) -> int:
         if args.action == "show":
             out.print(json.dumps(store.show(args.name), indent=2, sort_keys=True), markup=False)
             return int(ExitCode.PASSED)
+    except UsageError as stop:
+        print(f"batchgate baseline: {stop}", file=sys.stderr)
+        return int(stop.code)
     except GatesFileError as exc:
         print(f"batchgate baseline: {exc}", file=sys.stderr)
         return int(ExitCode.INVALID_GATES)

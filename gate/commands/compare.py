@@ -10,12 +10,19 @@ runs without a profile in common.
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
 from pathlib import Path
 
 from rich.console import Console
 
-from gate.commands._common import load_gates, open_run, output_console, read_saved_verdicts
+from gate.commands._common import (
+    load_gates,
+    open_run,
+    output_console,
+    read_saved_verdicts,
+    stale_verdicts_note,
+)
 from gate.compare import compare, render
 from gate.errors import ExitCode, UsageError
 from gate.verdicts.evaluate import evaluate
@@ -57,6 +64,13 @@ def run(args: argparse.Namespace) -> int:
         comparison = compare(
             run_a, run_b, verdicts_a=verdicts_a, verdicts_b=verdicts_b, confidence=args.confidence
         )
+        if gates_file is None:  # the stored verdicts: say when a run's records changed since
+            stale = [
+                f"run {label}: {note}"
+                for label, run in (("A", run_a), ("B", run_b))
+                if (note := stale_verdicts_note(run)) is not None
+            ]
+            comparison = dataclasses.replace(comparison, notes=(*comparison.notes, *stale))
         if not comparison.profiles:
             raise UsageError(
                 f"no profile in common (A: {', '.join(run_a.profiles) or 'none'}; "

@@ -25,6 +25,7 @@ from gate.commands._common import (
     output_console,
     read_saved_verdicts,
     rollback_target,
+    stale_verdicts_note,
 )
 from gate.errors import ExitCode, UsageError
 from gate.outputs import terminal
@@ -61,14 +62,20 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     parser.set_defaults(func=run)
 
 
-def _saved(run_dir: Path) -> Evaluation:
+def _saved(run_dir: Path, run_data: RunData) -> Evaluation:
     evaluation = read_saved_verdicts(run_dir / "verdicts.json")
     if evaluation is None:
         raise UsageError(
             f"{run_dir}: no gates file to evaluate with and no verdicts.json (pass --gates FILE)",
             ExitCode.USAGE,
         )
-    return evaluation
+    stale = stale_verdicts_note(run_data)
+    if stale is None:
+        return evaluation
+    # Stored verdicts of records that are gone never pass: no data, unless they failed (1 > 5).
+    code = evaluation.exit_code
+    code = code if code is ExitCode.FAILED else ExitCode.NO_DATA
+    return dataclasses.replace(evaluation, exit_code=code, notes=(*evaluation.notes, stale))
 
 
 def _evaluation(args: argparse.Namespace, run_dir: Path, run_data: RunData) -> Evaluation:
@@ -78,7 +85,7 @@ def _evaluation(args: argparse.Namespace, run_dir: Path, run_data: RunData) -> E
         None if args.saved else find_gates_file(args.gates, run_data.manifest, run_data.path)
     )
     if gates_path is None:
-        return _saved(run_dir)
+        return _saved(run_dir, run_data)
     gates_file = load_gates(gates_path)
     baseline = load_baseline(args.baseline, args.baseline_dir)
     evaluation = evaluate(

@@ -5,12 +5,16 @@ or a single `batchgate load --out DIR` directory), reading `manifest.json`, `loa
 observer files (`steps.jsonl` as columns, `scrapes.jsonl`, `gpu.jsonl` and the offline job's
 `batch_job.jsonl` as records), and noting
 what was odd (partial last lines, missed step records, missing files) so verdicts can say so.
+Every JSON file is checked against its shape (`gate.rundir.shapes`) as it is read: a field of
+the wrong type is a RunDirError `file: field: what is wrong` (a calibration.json's is kept in
+`calibration_problem`, judged no data), so no reader past this one meets it.
 It does not judge anything: a missing file is recorded, not treated as a failure, here.
 """
 
 from __future__ import annotations
 
 import gc
+import sys
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field, replace
 from pathlib import Path
@@ -24,10 +28,12 @@ from gate.rundir.abort import (
     AbortRecordError,
     read_abort,
 )
+from gate.rundir.consistency import cut_since_stamp
 from gate.rundir.observer_records import RunDirError, read_jsonl
 from gate.rundir.record_schema import parquet_path
 from gate.rundir.requests import RecordsError, RequestColumns, read_requests
 from gate.rundir.sample_records import SampleRecords, read_samples
+from gate.rundir.shapes import CALIBRATION, LOAD, MANIFEST, SCRAPE, Shape, problem
 from gate.rundir.step_records import StepColumns, read_steps
 
 __all__ = [
@@ -57,6 +63,8 @@ class ProfileData:
     # batch_job.jsonl (the offline_job profile's Batch API job timeline), None without one.
     job_events: list[dict[str, Any]] | None = None
     notes: tuple[str, ...] = ()
+    # Records lost or changed since requests.parquet was made (its stamp): never judged.
+    damage: tuple[str, ...] = ()
     # An `abort_on_fail` gate stopped this profile (abort.json), and the profile's files as the
     # deciding check read them (its line counts, its stand-in for load.json).
     abort: AbortRecord | None = None
@@ -86,9 +94,14 @@ class RunData:
     # calibration.json (docs/calibration.md): what relative thresholds ("4x unloaded") resolve
     # against; None when the run was not calibrated.
     calibration: dict[str, Any] | None = None
+    # `calibration.json: field: what is wrong` when a field has the wrong type: every gate of
+    # the run is then no data (the existing readers judge a malformed reference per gate).
+    calibration_problem: str | None = None
 
 
-def _read_json(path: Path) -> dict[str, Any] | None:
+def _read_json(path: Path, shape: Shape | None = None) -> dict[str, Any] | None:
+    """The file's object (None without the file); a field of the wrong type (`shape`) is a
+    RunDirError naming the file and the field, so no reader past this one meets it."""
     if not path.exists():
         return None
     try:
@@ -97,18 +110,27 @@ def _read_json(path: Path) -> dict[str, Any] | None:
         raise RunDirError(f"{path}: not readable JSON: {exc}") from None
     if not isinstance(data, dict):
         raise RunDirError(f"{path}: expected a JSON object")
+    wrong = problem(data, shape) if shape is not None else None
+    if wrong is not None:
+        raise RunDirError(f"{path}: {wrong}")
     return data
 
 
 def _profile(name: str, directory: Path, hardware_gpu: str | None) -> ProfileData:
     notes: list[str] = []
-    load = _read_json(directory / "load.json")
+    load = _read_json(directory / "load.json", LOAD)
     requests_path = directory / "requests.jsonl"
     has_requests = requests_path.exists() or parquet_path(requests_path).exists()
     # The request records are read on a thread of their own while the observer files are
     # read here: reading requests.parquet waits on its decoding about half the time.
+    # The stamp of a requests.parquet made before the JSONL was cut is the evidence of the cut:
+    # the JSONL is then read without replacing that file (as a prefix view reads).
+    damage = cut_since_stamp(requests_path)
+    whole = None if damage is None else sys.maxsize
     with ThreadPoolExecutor(1, thread_name_prefix="requests") as pool:
-        pending = pool.submit(read_requests, requests_path) if has_requests else None
+        pending = (
+            pool.submit(read_requests, requests_path, max_records=whole) if has_requests else None
+        )
         observer_notes: list[str] = []
         try:
             observers: tuple[Any, ...] | Exception = _observer_files(directory, observer_notes)
@@ -151,6 +173,7 @@ def _profile(name: str, directory: Path, hardware_gpu: str | None) -> ProfileDat
         job_events=job_events,
         trace_window=trace_window,
         notes=tuple(notes),
+        damage=() if damage is None else (damage,),
         abort=abort,
         abort_view=view,
         hardware_gpu=hardware_gpu,
@@ -162,6 +185,10 @@ def _observer_files(directory: Path, notes: list[str]) -> tuple[Any, ...]:
     trace.jsonl's records."""
     steps = read_steps(directory / "steps.jsonl", notes)
     scrapes = read_jsonl(directory / "scrapes.jsonl", notes)
+    for number, scrape in enumerate(scrapes or (), start=1):
+        wrong = problem(scrape, SCRAPE)
+        if wrong is not None:
+            raise RunDirError(f"{directory / 'scrapes.jsonl'}: record {number}: {wrong}")
     gpu = read_samples(directory / "gpu.jsonl", notes)
     job_events = read_jsonl(directory / "batch_job.jsonl", notes)
     return steps, scrapes, gpu, job_events, read_jsonl(directory / "trace.jsonl", notes)
@@ -214,10 +241,10 @@ def load_run(path: str | Path) -> RunData:
     root = Path(path)
     if not root.is_dir():
         raise RunDirError(f"{root}: not a directory")
-    manifest = _read_json(root / "manifest.json")
+    manifest = _read_json(root / "manifest.json", MANIFEST)
     notes: list[str] = []
     if _is_profile_dir(root):
-        load = _read_json(root / "load.json") or {}
+        load = _read_json(root / "load.json", LOAD) or {}
         name = str(load.get("profile") or root.name)
         directories = {name: root}
     else:
@@ -245,12 +272,15 @@ def load_run(path: str | Path) -> RunData:
     finally:
         if was_enabled:
             gc.enable()
+    calibration = _read_json(root / "calibration.json")
+    wrong = problem(calibration, CALIBRATION) if calibration is not None else None
     return RunData(
         path=str(root),
         manifest=manifest,
         profiles=profiles,
         notes=tuple(notes),
-        calibration=_read_json(root / "calibration.json"),
+        calibration=calibration,
+        calibration_problem=None if wrong is None else f"calibration.json: {wrong}",
     )
 
 

@@ -119,6 +119,7 @@ def _from_records(path: Path, records: list[dict[str, Any]]) -> _Parsed:
             gauges = [r.get(key) for r in records]
         if not all(gauges):
             gauges = [g or {} for g in gauges]
+        _check_gauges(path, key, gauges)
         classes = sorted(set().union(*gauges))
         per_class[key] = {c: _column(gauges, c, missing=0.0) for c in classes}
     columns = StepColumns(
@@ -126,7 +127,23 @@ def _from_records(path: Path, records: list[dict[str, Any]]) -> _Parsed:
         num_waiting=per_class["num_waiting"],
         num_running=per_class["num_running"],
     )
-    return columns, _column(records, "seq")
+    try:
+        seq = _column(records, "seq")
+    except (TypeError, ValueError):
+        raise RunDirError(f"{path}: seq: step records must number their steps") from None
+    return columns, seq
+
+
+def _check_gauges(path: Path, key: str, gauges: list[Any]) -> None:
+    """Each record's `num_waiting` / `num_running` is a {class: number} object."""
+    for number, gauge in enumerate(gauges, start=1):
+        good = isinstance(gauge, dict) and all(
+            isinstance(v, int | float) and not isinstance(v, bool) for v in gauge.values()
+        )
+        if not good:
+            raise RunDirError(
+                f"{path}: record {number}: {key}: expected an object of numbers per class"
+            )
 
 
 def _with_missed(columns: StepColumns, seq: np.ndarray, notes: list[str]) -> StepColumns:

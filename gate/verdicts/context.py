@@ -18,6 +18,7 @@ from gate import glossary
 from gate.gates.model import Gate, GatesFile, Scope
 from gate.metrics import derive
 from gate.metrics.measurements import Measurement
+from gate.rundir.consistency import load_problem, record_mismatch, run_damage
 from gate.rundir.run import ProfileData, RunData
 from gate.units import Threshold
 from gate.verdicts.assess import Assessment
@@ -63,6 +64,8 @@ class JudgeContext:
             if partial or ended in (None, "completed", "aborted")
             else (f"run ended {ended!r}: {manifest.get('reason') or 'no reason recorded'}")
         )
+        if not partial and self.run_closed is None:
+            self.run_closed = run_damage(run)
         self.run_aborted = not partial and ended == "aborted"
 
     def fork(self) -> JudgeContext:
@@ -98,7 +101,9 @@ class JudgeContext:
         if load.get("measurement_valid") is not True:
             reasons = "; ".join(load.get("invalid_reasons") or []) or "no reason given"
             return f"measurement invalid: {reasons}"
-        return _lost_records(profile, load)
+        # Records that do not add up to what load.json says was sent are never judged: a gate
+        # would pass on the survivors. Then any other key a judgement needs.
+        return record_mismatch(profile) or load_problem(load)
 
     def measure(self, gate: Gate, profile: ProfileData, scope: Scope) -> Measurement:
         warmup = (
@@ -127,21 +132,6 @@ class JudgeContext:
         if key is not None:
             self.last_key, self.last = key, measurement
         return measurement
-
-
-def _lost_records(profile: ProfileData, load: dict[str, Any]) -> str | None:
-    """load.json counts every record the load generator wrote (`counts_by_status`): a records
-    file holding fewer lost some (a gate would judge the survivors), one holding more mixes in
-    records of another load."""
-    counted = load.get("counts_by_status")
-    if not isinstance(counted, dict) or profile.requests is None:
-        return None
-    expected = sum(v for v in counted.values() if isinstance(v, int) and not isinstance(v, bool))
-    found = profile.requests.n
-    if found == expected:
-        return None
-    why = "records were lost" if found < expected else "records of another load are mixed in"
-    return f"the request records hold {found} requests, load.json counted {expected}: {why}"
 
 
 def make_verdict(
