@@ -145,3 +145,41 @@ def test_behind_a_trusted_proxy_the_cap_counts_the_forwarded_clients_requests(ca
         for sock in held:
             sock.close()
     assert wait_until(lambda: _engine_idle(capped), timeout_seconds=MARGIN_SECONDS)
+
+
+def test_a_burst_while_draining_is_answered_503_draining(tmp_path):
+    """SIGTERM with a long stream in flight: the drain lasts while it streams, and a burst
+    sent meanwhile is answered (503 `draining`, Retry-After), none of it cut."""
+    args = ["--device", "cpu", "--max-model-len", "4096", "--max-tokens-cap", "4000",
+            "--drain-timeout-seconds", "60"]  # fmt: skip
+    server = launch("draining", args, tmp_path).wait_ready()
+    try:
+        assert server.port is not None
+        held = _post_stream_started(server.port)
+        server.terminate()
+        assert wait_until(
+            lambda: httpx.get(f"{server.base_url}/health", timeout=30).status_code == 503,
+            timeout_seconds=MARGIN_SECONDS,
+        )
+        request = request_bytes("127.0.0.1", server.port, "/v1/completions", BODY)
+        outcomes = asyncio.run(flood("127.0.0.1", server.port, request, 200))
+        assert counts(outcomes) == {"503": 200}, counts(outcomes)
+        assert all(o.code == "draining" and o.retry_after for o in outcomes)
+        held.close()  # the drain ends with the last stream; the server exits 0
+        assert server.process.wait(timeout=MARGIN_SECONDS) == 0, server.log()
+    finally:
+        server.stop()
+
+
+def _post_stream_started(port: int) -> socket.socket:
+    """A 3,900-token stream whose first bytes have arrived (it keeps the drain open)."""
+    body = b'{"prompt": "hold", "max_tokens": 3900, "ignore_eos": true, "stream": true}'
+    sock = socket.socket()
+    sock.connect(("127.0.0.1", port))
+    sock.sendall(
+        b"POST /v1/completions HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+        b"Content-Length: %d\r\n\r\n%b" % (len(body), body)
+    )
+    sock.settimeout(MARGIN_SECONDS)
+    assert sock.recv(4096).startswith(b"HTTP/1.1 200")
+    return sock
