@@ -184,6 +184,7 @@ class ConnectionGuard:
     def hold_forwarded(self, conn: Any, client: str) -> bool:
         """A request through a trusted proxy from `client`: False when that client already has
         `max_connections_per_client` requests in progress."""
+        self.release_forwarded(conn)  # a pipelined request replaces the previous one's hold
         busy = self.forwarded_busy.get(client, 0)
         if busy >= self.limits.max_connections_per_client:
             return False

@@ -122,6 +122,9 @@ def test_over_the_per_client_cap_a_request_with_a_large_body_reads_its_503(cappe
         other = _post(capped.port, {"prompt": "hi", "max_tokens": 2}, source="127.0.0.3")
         assert other.status == 200, other
         assert httpx.get(f"{capped.base_url}/health", timeout=30).status_code == 200
+        text = httpx.get(f"{capped.base_url}/metrics", timeout=30).text
+        rejected = "batchgate_requests_rejected_total"
+        assert metric(text, rejected, reason="client_connection_limit") >= 1
     finally:
         for sock in held:
             sock.close()
