@@ -10,6 +10,7 @@ starts (it monkey-patches the standard library), so `--help` and usage errors ne
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import os
 import sys
@@ -213,7 +214,8 @@ def main(argv: Sequence[str] | None = None) -> int:
             remote_workers=args.remote_workers,
         )
     except RuntimeError as exc:
-        print(f"loadgen: error: {exc}", file=sys.stderr)
+        with contextlib.suppress(OSError):  # stderr may sit on the disk that filled up
+            print(f"loadgen: error: {exc}", file=sys.stderr)
         return EXIT_NO_DATA
     return EXIT_OK if load.get("ended") == "completed" else EXIT_NO_DATA
 

@@ -22,6 +22,7 @@ __all__ = [
     "ConnectionPool",
     "HttpConnection",
     "ProtocolError",
+    "ReceiveMeter",
     "Target",
     "parse_target",
 ]
@@ -36,6 +37,25 @@ class ProtocolError(Exception):
 
 class ConnectionDropped(ConnectionError):
     """The peer closed the connection before the response was complete."""
+
+
+class ReceiveMeter:
+    """Response bytes received from the target, and when the last of them arrived.
+
+    One per process, shared by its connections: the load process's heartbeat reports it, so
+    the gate can tell a busy target (its /health slow, answers still streaming in) from a dead
+    one (docs/run.md). Counting is two additions per `recv`, nothing per request.
+    """
+
+    __slots__ = ("bytes_received", "last_at")
+
+    def __init__(self) -> None:
+        self.bytes_received = 0
+        self.last_at: float | None = None  # time.monotonic() of the last byte
+
+    def note(self, size: int, at: float) -> None:
+        self.bytes_received += size
+        self.last_at = at
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -65,7 +85,13 @@ def parse_target(url: str) -> Target:
 
 
 class HttpConnection:
-    def __init__(self, target: Target, *, connect_timeout_seconds: float) -> None:
+    def __init__(
+        self,
+        target: Target,
+        *,
+        connect_timeout_seconds: float,
+        meter: ReceiveMeter | None = None,
+    ) -> None:
         sock = socket.create_connection((target.host, target.port), timeout=connect_timeout_seconds)
         sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
         if target.scheme == "https":
@@ -74,6 +100,7 @@ class HttpConnection:
         self.reused = False
         self.reusable = True
         self._buffer = b""
+        self._meter = meter
 
     def close(self) -> None:
         self.reusable = False
@@ -109,7 +136,10 @@ class HttpConnection:
             raise TimeoutError("deadline passed")
         self.sock.settimeout(left)
         data = self.sock.recv(_RECV_BYTES)
-        return data, time.monotonic()
+        at = time.monotonic()
+        if data and self._meter is not None:
+            self._meter.note(len(data), at)
+        return data, at
 
     def read_head(self, deadline: float) -> tuple[int, dict[str, str], float]:
         """Status, lower-cased headers, and the time the first response byte arrived."""
@@ -225,6 +255,9 @@ class ConnectionPool:
         self.target = target
         self._connect_timeout_seconds = connect_timeout_seconds
         self._idle: list[HttpConnection] = []
+        # Set by the load process's Locust user before any request: every connection opened
+        # from then on reports what it receives (the heartbeat's progress signal).
+        self.meter: ReceiveMeter | None = None
 
     def acquire(self, *, fresh: bool = False) -> HttpConnection:
         while self._idle and not fresh:
@@ -233,7 +266,9 @@ class ConnectionPool:
                 conn.reused = True
                 return conn
             conn.close()
-        return HttpConnection(self.target, connect_timeout_seconds=self._connect_timeout_seconds)
+        return HttpConnection(
+            self.target, connect_timeout_seconds=self._connect_timeout_seconds, meter=self.meter
+        )
 
     def release(self, conn: HttpConnection) -> None:
         if conn.reusable and not conn.leftover():

@@ -7,6 +7,7 @@ the final summary line. It reads the collector; it does not compute metrics beyo
 
 from __future__ import annotations
 
+import contextlib
 import sys
 import time
 from typing import Any
@@ -67,7 +68,8 @@ class Progress:
         else:
             while True:
                 gevent.sleep(_PLAIN_EVERY_SECONDS)
-                print(f"loadgen: {self._line()}", file=self.stream, flush=True)
+                with contextlib.suppress(OSError):  # a full disk under load.log: no line
+                    print(f"loadgen: {self._line()}", file=self.stream, flush=True)
 
     def final(self, load: dict[str, Any]) -> None:
         if not load:
@@ -82,6 +84,10 @@ class Progress:
         rate = f"{load['achieved_rate_rps']:.2f} req/s" + (
             f" (target {target:.2f})" if target is not None else ""
         )
+        with contextlib.suppress(OSError):  # a full disk under load.log: no summary line
+            self._final_line(load, rate, lag, valid)
+
+    def _final_line(self, load: dict[str, Any], rate: str, lag: float, valid: str) -> None:
         print(
             f"loadgen: {load['profile']} {load['ended']}: sent {load['sent_requests']}/"
             f"{load['planned_requests']}, {rate}, by status {load['counts_by_status']}, "

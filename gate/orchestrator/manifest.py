@@ -29,6 +29,7 @@ ENDED_VALUES = (
     "interrupted",
     "target_died",
     "load_crashed",
+    "write_failed",  # the run directory could not be written (full disk, quota, read-only)
 )
 
 

@@ -1,21 +1,25 @@
 """Child processes of a run: the bundled server and the load generator, each in its own group.
 
 Owns starting a command in a new process group (so a stop reaches its children too: Locust
-workers, uvicorn), stopping it (a polite signal, a bounded wait, then SIGKILL to the whole
-group), reading a `--port-file`, and waiting for `/health` by polling with a deadline. It never
-imports `reference_server` or `loadgen` (docs/architecture.md): they are started as `python -m ...`.
+workers, uvicorn), tying its life to this process on Linux (a parent-death signal: when
+`batchgate` itself is SIGKILLed, nothing it started keeps running), stopping it (a polite
+signal, a bounded wait, then SIGKILL to the whole group), reading a `--port-file`, and waiting
+for `/health` by polling with a deadline. It never imports `reference_server` or `loadgen`
+(docs/architecture.md): they are started as `python -m ...`.
 It does not know what the processes are for; `gate.orchestrator.session` decides that.
 """
 
 from __future__ import annotations
 
 import contextlib
+import ctypes
 import os
 import signal
 import subprocess
 import sys
+import threading
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import IO
@@ -115,6 +119,34 @@ class ChildProcess:
         return "\n".join(lines[-max_lines:])
 
 
+_PR_SET_PDEATHSIG = 1  # <linux/prctl.h>
+
+
+def _parent_death_hook(signum: int | None) -> Callable[[], None] | None:
+    """A preexec_fn that asks Linux to send `signum` to the child when this thread exits.
+
+    Only from the main thread: the kernel watches the thread that forked, and a helper thread
+    ending would otherwise take the child with it. Elsewhere (not Linux, no libc) None: the
+    polite stops of the run's `finally` path are then the only guard.
+    """
+    if signum is None or not sys.platform.startswith("linux"):
+        return None
+    if threading.current_thread() is not threading.main_thread():
+        return None
+    try:
+        prctl = ctypes.CDLL(None, use_errno=True).prctl  # looked up before the fork
+    except (OSError, AttributeError):
+        return None
+    parent = os.getpid()
+
+    def hook() -> None:
+        prctl(_PR_SET_PDEATHSIG, int(signum), 0, 0, 0)
+        if os.getppid() != parent:  # the parent died before the call: nobody will signal
+            os.kill(os.getpid(), signum)
+
+    return hook
+
+
 def start_child(
     name: str,
     argv: Sequence[str],
@@ -122,8 +154,13 @@ def start_child(
     log_path: Path | None,
     env: Mapping[str, str] | None = None,
     cwd: Path | None = None,
+    parent_death_signal: int | None = signal.SIGTERM,
 ) -> ChildProcess:
-    """Start `argv` in a new session (its own process group), output appended to `log_path`."""
+    """Start `argv` in a new session (its own process group), output appended to `log_path`.
+
+    `parent_death_signal` (Linux) reaches the child if this process dies without stopping it
+    (SIGKILL, a crash); SIGINT lets the load generator still write its load.json.
+    """
     log: IO[bytes] | None = None
     if log_path is not None:
         log_path.parent.mkdir(parents=True, exist_ok=True)
@@ -139,6 +176,7 @@ def start_child(
             # A new session: Ctrl-C in the terminal reaches batchgate only, which then stops
             # the children in order (load first, then the server) instead of all at once.
             start_new_session=True,
+            preexec_fn=_parent_death_hook(parent_death_signal),
         )
     except OSError as exc:
         if log is not None:

@@ -26,7 +26,13 @@ from gate.gates.file import packaged_gates_path, validate_against_buckets
 from gate.orchestrator.calibration import CalibrationFault
 from gate.orchestrator.calibration_phase import CalibrationPhase
 from gate.orchestrator.capabilities import unmeasurable_reason
-from gate.orchestrator.faults import FAULT_EXIT_CODE, RunFault, Terminated, terminate_as_exception
+from gate.orchestrator.faults import (
+    FAULT_EXIT_CODE,
+    RunFault,
+    Terminated,
+    terminate_as_exception,
+    write_failure,
+)
 from gate.orchestrator.live import LiveView
 from gate.orchestrator.live_preset import apply_live_preset, restore_settings
 from gate.orchestrator.manifest import Manifest
@@ -78,6 +84,11 @@ class _Run:
             gates_hash=suite.gates_file.sha256,
             scale=config.scale,
             preset=config.preset_name,
+        )
+        # Replaced when the run ends; if it stays, batchgate could not say how the run ended.
+        self.manifest.reason = (
+            "not finished: the run is still going, or batchgate could not record how it ended "
+            "(killed, crashed, or the run directory could not be written)"
         )
         self.manifest.extra["server_args"] = list(config.server_args)
         self.manifest.extra["gates_source"] = suite.source
@@ -301,6 +312,10 @@ def execute(config: RunConfig, view: LiveView) -> RunResult:
                 fault = RunFault(ended="interrupted", reason=f"stopped by the user ({what})")
             except ProcessError as exc:  # the load generator could not even start
                 fault = RunFault(ended="load_crashed", reason=str(exc))
+            except OSError as exc:  # a full disk: a fault of the run, never a traceback
+                fault = write_failure(exc)
+                if fault is None:
+                    raise
         finished = True
     finally:
         run.cleanup()
@@ -314,7 +329,9 @@ def execute(config: RunConfig, view: LiveView) -> RunResult:
                 run.manifest.finish("aborted", _abort_message(run.aborted))
             else:
                 run.manifest.finish("completed", None)
-            run.manifest.write()
+            unwritten = _write_manifest(run.manifest)
+            if unwritten is not None and fault is None:
+                fault = unwritten
     if config.calibrate_only:
         return RunResult(
             run_dir=config.run_dir,
@@ -335,6 +352,20 @@ def execute(config: RunConfig, view: LiveView) -> RunResult:
             notes=("interrupted before any load",),
         )
     return _judge(config, run, fault)
+
+
+def _write_manifest(manifest: Manifest) -> RunFault | None:
+    """Write the manifest; on a full disk, the fault instead of a traceback (and no half-written
+    temporary file left behind)."""
+    try:
+        manifest.write()
+    except OSError as exc:
+        manifest.path.with_name(manifest.path.name + ".tmp").unlink(missing_ok=True)
+        fault = write_failure(exc)
+        if fault is None:
+            raise
+        return fault
+    return None
 
 
 def _abort_message(record: AbortRecord) -> str:
@@ -374,8 +405,15 @@ def _judge(config: RunConfig, run: _Run, fault: RunFault | None) -> RunResult:
         )
     if config.target_url is not None:
         evaluation = dataclasses.replace(evaluation, rollback_target=config.target_url)
-    write_outputs(config.run_dir, evaluation)
-    if config.write_report:
+    try:
+        write_outputs(config.run_dir, evaluation)
+    except OSError as exc:  # the verdicts still reach the terminal and the exit code
+        unwritten = write_failure(exc)
+        if unwritten is None:
+            raise
+        notes.append(f"verdicts.json, junit.xml and summary.md not all written: {exc}")
+        fault = fault or unwritten
+    if config.write_report and (fault is None or fault.ended != "write_failed"):
         notes.extend(_report(config.run_dir, evaluation, data))
     code = FAULT_EXIT_CODE if fault is not None else evaluation.exit_code
     return RunResult(

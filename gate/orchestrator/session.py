@@ -13,6 +13,7 @@ evaluate gates or start the server.
 from __future__ import annotations
 
 import json
+import os
 import signal
 import time
 from dataclasses import dataclass, field
@@ -25,8 +26,9 @@ from gate.observers.observer import PeriodicObserver
 from gate.observers.prom_scraper import PromScraper, ScraperConfig
 from gate.observers.step_fetcher import StepFetcher, StepFetcherConfig
 from gate.orchestrator.abort_watch import AbortWatch
-from gate.orchestrator.faults import RunFault
+from gate.orchestrator.faults import RunFault, write_failure
 from gate.orchestrator.live import LiveView
+from gate.orchestrator.liveness import Liveness, read_received_bytes
 from gate.orchestrator.plan import ProfilePlan
 from gate.orchestrator.processes import ChildProcess, python_argv, start_child
 from gate.orchestrator.target import TargetClient
@@ -43,8 +45,11 @@ class SessionSettings:
     sampler_hz: float = 20.0  # RSS / NVML samples per second; 20 Hz costs < 1% of a core
     scrape_interval_seconds: float = 1.0
     watch_interval_seconds: float = 0.25
-    # A target that does not answer /health this many times in a row, a second apart, is dead.
+    # A --target is dead when it refuses connections this many probes in a row (a second
+    # apart), or when /health fails this many times in a row AND no answer byte reached the
+    # load generator for `no_progress_seconds_for_dead` (docs/run.md: busy is not dead).
     health_failures_for_dead: int = 3
+    no_progress_seconds_for_dead: float = 30.0
     drain_timeout_seconds: float = 30.0
     load_stop_timeout_seconds: float = 20.0
     load_workers: int = 1  # Locust worker processes of the load generator (`--workers`)
@@ -56,6 +61,7 @@ class SessionSettings:
             "watch_interval_seconds",
             "drain_timeout_seconds",
             "load_stop_timeout_seconds",
+            "no_progress_seconds_for_dead",
         ):
             if not getattr(self, name) > 0:
                 raise ValueError(f"{name} must be > 0, got {getattr(self, name)!r}")
@@ -108,6 +114,7 @@ class ProfileSession:
         self.gates_file = gates_file  # its abort_on_fail gates are watched during the load
         self._abort_watch: AbortWatch | None = None
         self._aborted: AbortRecord | None = None
+        self._liveness: Liveness | None = None
         # The run's registry of children: whoever cleans up last can still stop this load.
         self._children = children if children is not None else []
 
@@ -126,6 +133,9 @@ class ProfileSession:
                 "load generator",
                 self._load_argv(overrides_path),
                 log_path=self.directory / "load.log",
+                # batchgate killed outright: the load still stops politely, records and
+                # load.json (ended: interrupted) written.
+                parent_death_signal=signal.SIGINT,
             )
             self._children.append(self._load)
             self._abort_watch = self._new_abort_watch()
@@ -138,6 +148,9 @@ class ProfileSession:
             )
             fault = self._watch()
             self.view.end()
+            busy = None if fault or not self._liveness else self._liveness.busy_line(self.plan.name)
+            if busy is not None:
+                self.view.message(busy)
             if fault is None and self._aborted is not None:
                 self._stop_aborted_load(self._aborted)
             if fault is None:
@@ -163,6 +176,8 @@ class ProfileSession:
             elif self._load is not None:
                 self._load.stop(timeout_seconds=1.0)  # reap stragglers of its group
             summaries = self._stop_observers()
+            if self._liveness is not None:
+                summaries["liveness"] = self._liveness.summary()
         load = _read_load(self.directory / "load.json")
         if fault is None and self._aborted is None:
             fault = self._judge_load(load)
@@ -199,7 +214,13 @@ class ProfileSession:
         """Until the load process exits: refresh the view, notice a dead target."""
         load = self._load
         assert load is not None
-        failures, next_health = 0, 0.0
+        next_health = 0.0
+        if self.server is None:
+            self._liveness = Liveness(
+                failures_for_dead=self.settings.health_failures_for_dead,
+                no_progress_seconds=self.settings.no_progress_seconds_for_dead,
+                started_at=time.monotonic(),
+            )
         while load.alive:
             time.sleep(self.settings.watch_interval_seconds)
             self.view.refresh()
@@ -212,14 +233,17 @@ class ProfileSession:
                         reason=f"the server process exited with code {code} "
                         f"(log: {self.server.log_path})",
                     )
-            elif time.monotonic() >= next_health:
+            elif self._liveness is not None and time.monotonic() >= next_health:
                 next_health = time.monotonic() + 1.0
-                failures = 0 if self.target.healthy() else failures + 1
-                if failures >= self.settings.health_failures_for_dead:
+                probe = self.target.probe_health()
+                now = time.monotonic()
+                self._liveness.progress(read_received_bytes(self.directory), now)
+                dead = self._liveness.observe(probe, now)
+                if dead is not None:
                     return RunFault(
                         ended="target_died",
                         profile=self.plan.name,
-                        reason=f"{self.target.url}/health failed {failures} times in a row",
+                        reason=f"{self.target.url}: {dead}",
                     )
             if self._abort_watch is not None:
                 self._aborted = self._abort_watch.poll()
@@ -263,6 +287,10 @@ class ProfileSession:
         code = None if self._load is None else self._load.poll()
         log = self.directory / "load.log"
         if load is None:
+            problem = _write_problem(self.directory)
+            unwritable = None if problem is None else write_failure(problem, profile=self.plan.name)
+            if unwritable is not None:  # the load stopped: its records could not be kept
+                return unwritable
             return RunFault(
                 ended="load_crashed",
                 profile=self.plan.name,
@@ -347,6 +375,21 @@ def _read_load(path: Path) -> dict[str, Any] | None:
     except (OSError, ValueError):
         return None
     return data if isinstance(data, dict) else None
+
+
+def _write_problem(directory: Path) -> OSError | None:
+    """Why nothing can be written in `directory` now (a full disk), or None when it can."""
+    probe = directory / ".batchgate-write-probe"
+    try:
+        with probe.open("wb") as f:
+            f.write(b"x" * 4096)  # a page: a full tmpfs refuses it, an empty file it may not
+            f.flush()
+            os.fsync(f.fileno())
+    except OSError as exc:
+        return exc
+    finally:
+        probe.unlink(missing_ok=True)
+    return None
 
 
 def _tail(path: Path, lines: int = 5) -> str:

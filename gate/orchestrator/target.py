@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import time
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -25,6 +26,7 @@ from gate.observers.namemaps import (
     unavailable_reason,
 )
 from gate.observers.prom_scraper import parse_exposition
+from gate.orchestrator.liveness import HealthProbe
 
 __all__ = ["TargetClient", "TargetError", "TargetInfo", "settings_hash"]
 
@@ -108,15 +110,37 @@ class TargetClient:
 
     def healthy(self) -> bool:
         """/health answers 200; on a server without /health (404), /v1/models does."""
+        return self.probe_health().ok
+
+    def probe_health(self, timeout_seconds: float = 2.0) -> HealthProbe:
+        """One timed look at /health (or /v1/models where /health is 404); never raises."""
+        started = time.monotonic()
         try:
-            status = self._client.get(self.url + "/health", timeout=2.0).status_code
+            status = self._client.get(self.url + "/health", timeout=timeout_seconds).status_code
             if status == 404:
                 status = self._client.get(
-                    self.url + "/v1/models", headers=self._api_headers, timeout=2.0
+                    self.url + "/v1/models", headers=self._api_headers, timeout=timeout_seconds
                 ).status_code
-        except httpx.HTTPError:
-            return False
-        return status == 200
+        except httpx.ConnectError as exc:  # nothing listens (refused), or the host is gone
+            return HealthProbe(
+                ok=False,
+                refused=True,
+                latency_seconds=time.monotonic() - started,
+                detail=f"ConnectError: {exc}",
+            )
+        except httpx.HTTPError as exc:  # a timeout, a reset mid-answer: maybe only busy
+            return HealthProbe(
+                ok=False,
+                refused=False,
+                latency_seconds=time.monotonic() - started,
+                detail=f"{type(exc).__name__} after {time.monotonic() - started:.1f} s",
+            )
+        return HealthProbe(
+            ok=status == 200,
+            refused=False,
+            latency_seconds=time.monotonic() - started,
+            detail=f"HTTP {status}",
+        )
 
     def model(self) -> str | None:
         response = self._get("/v1/models", self._api_headers)

@@ -4,7 +4,9 @@ Owns `Collector`: it writes requests.jsonl as records arrive (each id exactly on
 by status, by where their chunk token counts came from, and by slot (one slot per user:
 `loadgen.locust.install`), keeps the TTFTs the progress display shows, knows the run is done
 when every slot's summary has arrived together with as many records as that summary states,
-and writes load.json (atomically, once). It also holds why a test was refused at its start. It
+and writes load.json (atomically, once). It also holds why a test was refused at its start, and
+why its files could not be written (a full disk: `write_error`, `write_failed`, so the runner
+stops the load at once instead of sending requests whose records would be lost). It
 does not receive Locust messages itself (`install` registers them), send requests, or decide
 whether the run passed. Importing it imports locust (which monkey-patches the standard
 library): only the load process may import it.
@@ -61,6 +63,8 @@ class Collector:
         self.refusal: str | None = None  # why the test was refused at its start (nothing ran)
         self.refused = gevent.event.Event()
         self.started = gevent.event.Event()  # the start time of this test is known
+        self.write_error: str | None = None
+        self.write_failed = gevent.event.Event()
 
     def refuse(self, message: str) -> None:
         self.refusal = message
@@ -71,8 +75,19 @@ class Collector:
         self.t0 = start_monotonic or time.monotonic() + (start_wall - time.time())
         self.started.set()
 
+    def _cannot_write(self, exc: OSError) -> None:
+        if self.write_error is None:
+            where = exc.filename or self.writer.path
+            self.write_error = f"cannot write {where}: {exc.strerror or exc}"
+        self.write_failed.set()
+
     def add(self, rec: dict[str, Any]) -> None:
-        if self.writer.write(rec):
+        try:
+            written = self.writer.write(rec)
+        except OSError as exc:  # the disk is full: every record from here on would be lost
+            self._cannot_write(exc)
+            return
+        if written:
             self.counts_by_status[rec["status"]] = self.counts_by_status.get(rec["status"], 0) + 1
             self.received[rec["worker"]] = self.received.get(rec["worker"], 0) + 1
             if rec["chunk_times"]:  # a record without content has no counts to source
@@ -103,7 +118,10 @@ class Collector:
     def finalize(self, ended: str, *, batch_job: dict[str, Any] | None = None) -> dict[str, Any]:
         if self.load is not None:
             return self.load
-        self.writer.close()
+        try:
+            self.writer.close()
+        except OSError as exc:
+            self._cannot_write(exc)
         load = build_load_json(
             spec=self.spec,
             workers=self.worker_count,
@@ -119,7 +137,11 @@ class Collector:
         )
         path = Path(self.config.out_dir) / "load.json"
         tmp = path.with_suffix(".json.tmp")
-        tmp.write_text(json.dumps(load, indent=2) + "\n", encoding="utf-8")
-        os.replace(tmp, path)
+        try:
+            tmp.write_text(json.dumps(load, indent=2) + "\n", encoding="utf-8")
+            os.replace(tmp, path)
+        except OSError as exc:
+            tmp.unlink(missing_ok=True)
+            self._cannot_write(exc)
         self.load = load
         return load

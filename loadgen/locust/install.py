@@ -41,6 +41,7 @@ from locust.runners import MasterRunner, WorkerRunner
 from loadgen.config import RunConfig
 from loadgen.errors import LoadgenError
 from loadgen.locust.collector import Collector
+from loadgen.locust.heartbeat import install_heartbeat
 from loadgen.locust.options import config_from_options
 
 __all__ = ["Split", "SplitError", "install", "split_at_start", "take_slot"]
@@ -65,9 +66,11 @@ def install(
     runner = env.runner
     if isinstance(runner, WorkerRunner):
         env.events.test_start.add_listener(lambda **_: reset_users(env))
+        install_heartbeat(env)
         return None
     if runner is None:
         return None
+    install_heartbeat(env)
     config = config or config_from_options(env)
     expected = config.workers if isinstance(runner, MasterRunner) else 1
     collector = Collector(env, config, expected)

@@ -1,9 +1,12 @@
 """Runs a load profile under Locust from the loadgen CLI: local, or master with workers.
 
 Owns building the Locust environment programmatically, starting local worker processes
-(`python -m loadgen.worker`) or waiting for remote ones, the progress display loop, Ctrl-C
-handling (cancel in-flight requests, write load.json with `ended: interrupted`), the greenlet
-of the `offline_job` profile's Batch API job (`loadgen.batch_job`), and shutdown.
+(`python -m loadgen.worker`) or waiting for remote ones, the progress display loop and the
+heartbeat (`progress.json`, `loadgen.locust.heartbeat`), Ctrl-C handling (cancel in-flight
+requests, write load.json with `ended: interrupted`), a worker lost mid-run (its process exited
+or Locust marked it missing: the others are stopped, their records kept, load.json says
+`ended: crashed`), the greenlet of the `offline_job` profile's Batch API job
+(`loadgen.batch_job`), and shutdown.
 Importing it imports locust (gevent monkey-patching): only `loadgen.cli` imports it, lazily, in
 the load process. It does not parse arguments, collect records (`loadgen.locust.collector`) or
 drive requests (`loadgen.locust.user`).
@@ -15,7 +18,9 @@ import gevent.monkey
 
 gevent.monkey.patch_all()
 
+import contextlib  # noqa: E402
 import gc  # noqa: E402
+import os  # noqa: E402
 import signal  # noqa: E402
 import socket  # noqa: E402
 import subprocess  # noqa: E402
@@ -31,6 +36,7 @@ from locust.runners import MasterRunner  # noqa: E402
 
 from loadgen.batch_job import BatchJob, job_enabled  # noqa: E402
 from loadgen.config import RunConfig  # noqa: E402
+from loadgen.locust.heartbeat import Heartbeat  # noqa: E402
 from loadgen.locust.install import install  # noqa: E402
 from loadgen.locust.options import build_parsed_options  # noqa: E402
 from loadgen.locust.user import DriverUser  # noqa: E402
@@ -77,6 +83,8 @@ def run_load(
                         "127.0.0.1",
                         "--master-port",
                         str(port),
+                        "--parent-pid",
+                        str(os.getpid()),
                     ],
                     # own session: a terminal Ctrl-C reaches the master only, which then stops
                     # the workers in order so their last records still arrive
@@ -112,6 +120,11 @@ def run_load(
     gc.freeze()
     runner.start(config.workers, spawn_rate=config.workers)  # sets the start time (test_start)
     progress_greenlet = gevent.spawn(progress.loop)
+    heartbeat = Heartbeat(env, Path(config.out_dir), lambda: collector.writer.count)
+    heartbeat_greenlet = gevent.spawn(heartbeat.loop)
+    lost = gevent.event.AsyncResult()  # set to why, when a worker is lost mid-run
+    watching = isinstance(runner, MasterRunner)
+    watch_greenlet = gevent.spawn(_watch_workers, runner, procs, lost) if watching else None
     spec = collector.spec
     job: BatchJob | None = None
     job_greenlet: gevent.Greenlet | None = None
@@ -127,16 +140,38 @@ def run_load(
         )
         job_greenlet = gevent.spawn(_run_job, job, collector)
     limit = spec.schedule.duration_seconds + float(spec.params["request_timeout_seconds"]) + 30.0
-    gevent.wait([collector.done, stop_requested, collector.refused], timeout=limit, count=1)
+    gevent.wait(
+        [collector.done, stop_requested, collector.refused, lost, collector.write_failed],
+        timeout=limit,
+        count=1,
+    )
+    if watch_greenlet is not None:
+        watch_greenlet.kill()
     if collector.refusal is not None:  # e.g. more remote workers than --workers connected
         if job_greenlet is not None:
             job_greenlet.kill(block=True, timeout=10)  # nothing ran: no job either
         progress_greenlet.kill()
+        heartbeat_greenlet.kill()
         runner.quit()
         _reap(procs, timeout_seconds=10.0)
         raise RuntimeError(f"the run was refused: {collector.refusal}")
-    if stop_requested.is_set() and not collector.done.is_set():
-        ended = "interrupted"
+    if lost.ready() and not collector.done.is_set():
+        # Never a "completed" run with a share of the schedule missing: the surviving
+        # workers stop (their in-flight requests cancelled, their records kept) and the run
+        # says it crashed. The lost worker's in-flight requests have no record.
+        ended = "crashed"
+        _say(f"loadgen: error: {lost.get()}; stopping the other workers")
+        runner.stop()
+        survivors = collector.worker_count - collector.worker_count // max(config.workers, 1)
+        deadline = time.monotonic() + 10.0
+        while len(collector.summaries) < survivors and time.monotonic() < deadline:
+            gevent.sleep(0.1)
+    elif (stop_requested.is_set() or collector.write_failed.is_set()) and (
+        not collector.done.is_set()
+    ):
+        ended = "crashed" if collector.write_failed.is_set() else "interrupted"
+        if collector.write_failed.is_set():
+            _say(f"loadgen: error: {collector.write_error}; stopping the load")
         # Stopping the users interrupts each session, which cancels its in-flight requests
         # (recorded as `cancelled`) and still reports its records and summary.
         if isinstance(runner, MasterRunner):
@@ -165,10 +200,22 @@ def run_load(
         job.abandon()  # a no-op when the job ran to its end
     progress_greenlet.kill()
     load = collector.finalize(ended, batch_job=job.summary if job is not None else None)
+    heartbeat_greenlet.kill()
+    heartbeat.beat()  # the last count, after the last record
     progress.final(load)
     runner.quit()
     _reap(procs, timeout_seconds=10.0)
+    if collector.write_error is not None:
+        # The records up to the fault are on disk; load.json may not be: exit 5 with why.
+        raise RuntimeError(collector.write_error)
     return load
+
+
+def _say(message: str) -> None:
+    """A line on stderr (load.log under batchgate), if it can still be written: on a full disk
+    the message travels in the exit code and the gate's own check instead."""
+    with contextlib.suppress(OSError):
+        print(message, file=sys.stderr, flush=True)
 
 
 def _run_job(job: BatchJob, collector: Any) -> None:
@@ -184,6 +231,24 @@ def _reap(procs: list[subprocess.Popen[bytes]], *, timeout_seconds: float) -> No
         except subprocess.TimeoutExpired:
             proc.kill()
             proc.wait()
+
+
+def _watch_workers(
+    runner: Any, procs: list[subprocess.Popen[bytes]], lost: gevent.event.AsyncResult
+) -> None:
+    """Sets `lost` to why once a local worker process exits or Locust marks one missing
+    (no heartbeat for a few seconds: a remote worker killed or cut off)."""
+    while True:
+        gevent.sleep(0.25)
+        for proc in procs:
+            code = proc.poll()
+            if code is not None:
+                lost.set(f"load worker process {proc.pid} exited with code {code} mid-run")
+                return
+        missing = list(getattr(runner.clients, "missing", []))
+        if missing:
+            lost.set(f"load worker {missing[0].id} stopped answering (missing)")
+            return
 
 
 def _wait_for_workers(

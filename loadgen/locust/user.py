@@ -23,6 +23,7 @@ from locust.exception import StopUser
 from locust.runners import WorkerRunner
 
 from loadgen.locust.collector import Collector
+from loadgen.locust.heartbeat import receive_meter
 from loadgen.locust.install import SplitError, take_slot
 from loadgen.locust.options import config_from_options
 from loadgen.locust.sink import MessageSink
@@ -107,6 +108,9 @@ class DriverUser(User):
         session = LoadSession(
             config=config, spec=config.spec(), worker_index=slot, worker_count=slots, sink=record
         )
+        # Every byte its connections receive counts in this process's heartbeat (the gate's
+        # sign that a target with a slow /health is still answering).
+        session.client.pool.meter = receive_meter(env)
         summary = session.run(t0)
         if flusher is not None:
             flusher.kill()
