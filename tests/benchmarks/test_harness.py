@@ -5,6 +5,7 @@ its columns up. And every benchmark module imports as `benchmarks.<name>` (no sy
 
 from __future__ import annotations
 
+import ast
 import subprocess
 import sys
 from pathlib import Path
@@ -19,6 +20,10 @@ FAKE = REPO_ROOT / "tests" / "loadgen" / "fake_openai_server.py"
 # Run as files by their owners' scripts (gpu_check starts gpu_sections by path; both import
 # bench_engine and bench_model_step by file name): not yet package modules.
 RUN_AS_FILES = {"gpu_check", "gpu_sections", "bench_engine", "hf_peer"}
+# Files written or changed this round by others that still touch sys.path, until they are
+# package modules too (issue 41 item 4); no other file may.
+TOUCH_SYS_PATH = {"benchmarks/bench_engine.py", "benchmarks/bench_overload.py",
+                  "benchmarks/serve_peer.py", "tests/benchmarks/test_gpu_check.py"}  # fmt: skip
 
 
 def test_a_given_command_is_served_then_stopped_with_its_log_kept() -> None:
@@ -94,3 +99,26 @@ def test_every_benchmark_imports_as_a_package_module() -> None:
         timeout=300, check=False,
     )  # fmt: skip
     assert done.returncode == 0, done.stderr[-3000:]
+
+
+def _touches_sys_path(path: Path) -> bool:
+    """`sys.path` anywhere in the file's code (not in its comments or strings)."""
+    return any(
+        isinstance(node, ast.Attribute) and node.attr == "path"
+        and isinstance(node.value, ast.Name) and node.value.id == "sys"
+        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8")))
+    )  # fmt: skip
+
+
+def test_no_other_benchmark_or_its_test_touches_sys_path(tmp_path: Path) -> None:
+    sample = tmp_path / "sample.py"
+    sample.write_text("import sys\n# sys.path.insert(0, 'x')\ntext = 'sys.path[:0]'\n")
+    assert not _touches_sys_path(sample)
+    sample.write_text("import sys\nif True:\n    sys.path[:0] = ['x']\n")
+    assert _touches_sys_path(sample)
+    files = [*REPO_ROOT.glob("benchmarks/*.py"), *REPO_ROOT.glob("tests/benchmarks/*.py")]
+    touching = {str(p.relative_to(REPO_ROOT)) for p in files if _touches_sys_path(p)}
+    assert touching <= TOUCH_SYS_PATH, (
+        f"{sorted(touching - TOUCH_SYS_PATH)}: import the benchmarks' helpers as benchmarks.X and "
+        "run them as `python -m benchmarks.NAME` from the repository root (benchmarks/__init__.py)"
+    )
