@@ -4,7 +4,9 @@ it was measured on.
 
 `Server` runs the bundled server (`Server.bundled(*flags)`) or any command that takes
 `--port 0 --port-file FILE` (the fake OpenAI server of tests/loadgen, another checkout's server
-through `cwd`), in its own process group on 127.0.0.1, and is ready once its /health answers 200.
+through `cwd`) or, where the command has a `{port}` in it, on a free port the harness picks (a
+third-party server such as `transformers serve`); in its own process group on 127.0.0.1, ready
+once its /health answers 200.
 Used as a context manager it is stopped (SIGTERM, a bounded wait, then SIGKILL to the group) on
 the way out, whatever happened inside; its output goes to a log file that `log_text()` reads
 while it runs and after. One object per server, reused by every benchmark, in the manner of
@@ -25,6 +27,7 @@ import os
 import platform
 import shutil
 import signal
+import socket
 import subprocess
 import sys
 import tempfile
@@ -48,6 +51,7 @@ __all__ = [
     "RESULTS_DIR",
     "Server",
     "ServerStartError",
+    "free_port",
     "host_facts",
     "normal_priority",
     "print_table",
@@ -83,7 +87,8 @@ class Server:
         start_timeout_seconds: float = 300.0,
         stop_timeout_seconds: float = 60.0,
     ) -> None:
-        """`argv` without port flags (they are appended); `env` is laid over this process's
+        """`argv` without port flags (they are appended), or with `{port}` where the command
+        takes its port (a free one is filled in); `env` is laid over this process's
         environment; `workdir` holds the port file and server.log (a temporary folder, removed
         at stop, when None); `at_normal_priority` runs `normal_priority` in the child."""
         if not argv:
@@ -124,7 +129,11 @@ class Server:
         self._workdir.mkdir(parents=True, exist_ok=True)
         port_file = self._workdir / "port"
         port_file.unlink(missing_ok=True)
-        argv = (*self.argv, "--port", "0", "--port-file", str(port_file))
+        if any("{port}" in arg for arg in self.argv):
+            self._port = free_port()
+            argv = tuple(arg.replace("{port}", str(self._port)) for arg in self.argv)
+        else:
+            argv = (*self.argv, "--port", "0", "--port-file", str(port_file))
         log_path = self._workdir / "server.log"
         with open(log_path, "ab") as log:  # the child keeps its own descriptor
             popen = subprocess.Popen(
@@ -138,9 +147,10 @@ class Server:
         self._child = ChildProcess(name=self.name, popen=popen, argv=argv, log_path=log_path)
         began = time.monotonic()
         try:
-            self._port = wait_for_port_file(
-                self._child, port_file, timeout_seconds=self.start_timeout_seconds
-            )
+            if self._port is None:
+                self._port = wait_for_port_file(
+                    self._child, port_file, timeout_seconds=self.start_timeout_seconds
+                )
             left = max(1.0, self.start_timeout_seconds - (time.monotonic() - began))
             wait_for_health(self.url, timeout_seconds=left, child=self._child)
         except BaseException:
@@ -225,6 +235,14 @@ class Server:
             with contextlib.suppress(psutil.NoSuchProcess):
                 total += process.memory_info().rss
         return total
+
+
+def free_port() -> int:
+    """A loopback port nothing listens on now. Another process may take it before the server
+    binds it: the server then exits and its start fails naming its log, never a silent mix-up."""
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as probe:
+        probe.bind(("127.0.0.1", 0))
+        return int(probe.getsockname()[1])
 
 
 def print_table(header: Sequence[str], rows: Iterable[Sequence[object]]) -> None:

@@ -44,6 +44,14 @@ def test_a_given_command_is_served_then_stopped_with_its_log_kept() -> None:
     assert server.stop() == server.exit_code  # a second stop changes nothing
 
 
+def test_a_command_that_takes_its_port_gets_a_free_one() -> None:
+    command = [sys.executable, str(FAKE), "--port", "{port}"]
+    with Server(command, start_timeout_seconds=60) as server:
+        assert f"listening on http://127.0.0.1:{server.port}" in server.log_text()
+        assert httpx.get(server.url + "/v1/models", timeout=10).status_code == 200
+        assert not (server.workdir / "port").exists()  # type: ignore[operator]
+
+
 def test_a_given_workdir_is_kept_with_the_log_in_it(tmp_path: Path) -> None:
     with Server([sys.executable, str(FAKE)], workdir=tmp_path, start_timeout_seconds=60):
         pass
