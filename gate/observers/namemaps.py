@@ -41,8 +41,10 @@ from gate.observers.server_maps import NAME_MAPS, PRIORITY_LABEL, MetricSource
 __all__ = [
     "GLOSSARY_NAMES",
     "GLOSSARY_UNITS",
+    "METRICLESS_KINDS",
     "SERVER_KINDS",
     "Samples",
+    "detect_metricless_kind",
     "detect_server_kind",
     "map_metrics",
     "unavailable_reason",
@@ -127,6 +129,29 @@ def detect_server_kind(names: Iterable[str]) -> str:
                 break
     best = max(_KIND_PREFIXES, key=lambda pk: counts[pk[1]])[1]
     return best if counts[best] else "unknown"
+
+
+# Kinds of servers without /metrics, told apart by their /v1/models answer: Hugging Face
+# `transformers serve` marks every model entry with its load state (`"status": {"value":
+# "loaded"}`), which no other OpenAI-compatible server we know of does; the rest are `openai`.
+METRICLESS_KINDS = ("openai", "transformers")
+
+
+def detect_metricless_kind(models: object) -> str:
+    """The kind of a server that serves no /metrics, from its /v1/models body."""
+    data = models.get("data") if isinstance(models, dict) else None
+    if (
+        isinstance(data, list)
+        and data
+        and all(
+            isinstance(entry, dict)
+            and isinstance(entry.get("status"), dict)
+            and entry["status"].get("value") in ("loaded", "unloaded")
+            for entry in data
+        )
+    ):
+        return "transformers"
+    return "openai"
 
 
 def unavailable_reason(kind: str, glossary_name: str) -> str | None:

@@ -21,6 +21,7 @@ from gate.errors import BatchgateError, ExitCode
 from gate.observers.namemaps import (
     GLOSSARY_NAMES,
     SERVER_KINDS,
+    detect_metricless_kind,
     detect_server_kind,
     map_metrics,
     unavailable_reason,
@@ -143,14 +144,20 @@ class TargetClient:
         )
 
     def model(self) -> str | None:
+        data = self._models().get("data") or []
+        return str(data[0].get("id")) if data and isinstance(data[0], dict) else None
+
+    def _models(self) -> dict[str, Any]:
+        """The /v1/models body; raises TargetError when it is not an OpenAI model list."""
         response = self._get("/v1/models", self._api_headers)
         if response.status_code != 200:
             raise TargetError(f"{self.url}/v1/models answered HTTP {response.status_code}")
         try:
-            data = response.json().get("data") or []
+            body = response.json()
+            body.get("data")
         except (ValueError, AttributeError) as exc:
             raise TargetError(f"{self.url}/v1/models is not an OpenAI model list") from exc
-        return str(data[0].get("id")) if data and isinstance(data[0], dict) else None
+        return body  # type: ignore[no-any-return]
 
     def batching(self) -> dict[str, Any] | None:
         """The bundled server's live settings; None for servers without /admin/batching."""
@@ -245,7 +252,8 @@ class TargetClient:
         except TargetError as exc:
             if exc.status_code != 404:
                 raise
-            kind, metrics, has_metrics = "openai", {}, False
+            # Which server it is, from its model list (Hugging Face transformers serve).
+            kind, metrics, has_metrics = detect_metricless_kind(self._models()), {}, False
         model = self.model()  # raises when /v1/models is not an OpenAI model list
         bounds = {
             name: sorted(float(le) for le in value["buckets"])
