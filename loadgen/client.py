@@ -77,6 +77,8 @@ class OpenAIClient:
         self.target = target
         self.config = config
         self.pool = ConnectionPool(target, connect_timeout_seconds=config.request_timeout_seconds)
+        # Complete streams that ended without `data: [DONE]` (load.json counts them).
+        self.streams_without_done = 0
 
     def close(self) -> None:
         self.pool.close()
@@ -286,6 +288,7 @@ class OpenAIClient:
                 # usage sent, the body closed cleanly) without `data: [DONE]`, and the openai
                 # SDK reads such a stream without complaint: the answer ended with its body.
                 rec.done_at = last_at
+                self.streams_without_done += 1
                 return
             tail = " (truncated event)" if parser.pending() else ""
             raise _Failure("protocol_error", f"stream ended without [DONE]{tail}")

@@ -94,6 +94,9 @@ def build_load_json(
         "client_cpu_ratio": {"mean": cpu_mean, "max": cpu_max},
         "concurrency_cap": int(p["max_concurrency"]),
         "cap_reached_count": sum(s["cap_reached"] for s in summaries),
+        # `ok` streams that ended after their finish_reason (and usage) without `data: [DONE]`
+        # (Hugging Face transformers serve): complete answers, counted so a reader knows.
+        "streams_ended_without_done": sum(s.get("streams_without_done", 0) for s in summaries),
         "limits": limits,
         "measurement_valid": not reasons,
         "invalid_reasons": reasons,

@@ -335,7 +335,7 @@ def validate_load_json(obj: Any) -> list[str]:
     if not isinstance(obj, dict):
         return ["load.json is not a JSON object"]
     problems = [f"missing key {k!r}" for k in sorted(_LOAD_KEYS - set(obj))]
-    optional = {"batch_job", "trace"}
+    optional = {"batch_job", "trace", "streams_ended_without_done"}
     problems += [f"unknown key {k!r}" for k in sorted(set(obj) - _LOAD_KEYS - optional)]
     if problems:
         return problems

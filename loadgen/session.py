@@ -338,5 +338,6 @@ class LoadSession:
             "lags": self.lags,
             "cpu": self.cpu.summary(),
             "cap_reached": self.cap_reached,
+            "streams_without_done": self.client.streams_without_done,
             "interrupted": interrupted,
         }

@@ -170,6 +170,7 @@ def load_table(load: dict[str, Any] | None) -> str:
         ("achieved rate", format_value(_num(load.get("achieved_rate_rps")), UnitKind.RATE)),
         ("planned / sent", f"{load.get('planned_requests')} / {load.get('sent_requests')}"),
         ("counts by status", " · ".join(f"{k} {v}" for k, v in counts.items()) or "none"),
+        ("ok streams ended without [DONE]", load.get("streams_ended_without_done")),
         ("schedule lag p99", format_value(_num(lag.get("p99")), UnitKind.DURATION)),
         ("client CPU max", format_value(_num(cpu.get("max")), UnitKind.RATIO)),
         ("measurement valid", f"{valid}" + (f" — {reasons}" if reasons else "")),
