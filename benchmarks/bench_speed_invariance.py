@@ -15,7 +15,8 @@ never by `inconclusive`.
 
     .venv/bin/python -m benchmarks.bench_speed_invariance [--runs 3] [--conditions idle,busy,slow]
         [--settings default,big_window,static,small_kv,shared_queue,jobs_interactive,starved_job,
-                    no_prefix_cache,no_prefix_cache_sessions,thrash_cache]
+                    no_prefix_cache,no_prefix_cache_sessions,thrash_cache,
+                    align_sampling_strict,shared_sampler_seed]
 """
 
 from __future__ import annotations
@@ -67,6 +68,16 @@ SETTINGS: dict[str, tuple[list[str], str | None, str | None]] = {
         "chat_sessions",
         "session_prefix_reuse@chat_sessions",
     ),
+    "align_sampling_strict": (
+        ["--preset", "align_sampling_strict"],
+        "sampling_mix",
+        "mixed_sampling_throughput@sampling_mix",
+    ),
+    "shared_sampler_seed": (
+        ["--preset", "shared_sampler_seed"],
+        "sampling_mix",
+        "answer_consistency@sampling_mix",
+    ),
 }
 KEY_GATES = (
     "trickle_ttft@night_trickle",
@@ -77,6 +88,8 @@ KEY_GATES = (
     "offline_job_throughput@offline_job",
     "prefix_cache_hit_ratio@trace",
     "session_prefix_reuse@chat_sessions",
+    "mixed_sampling_throughput@sampling_mix",
+    "answer_consistency@sampling_mix",
 )
 
 

@@ -32,7 +32,9 @@ def equivalent_settings(preset: Mapping[str, Any]) -> dict[str, list[Equivalent]
     out: dict[str, list[Equivalent]] = {server: [] for server in _MAPPERS}
     for key, value in flat.items():
         for server, mapper in _MAPPERS.items():
-            if key == "policy" and value == "slo":
+            if key in _SAMPLING_NOTES:
+                out[server].append(_none(server, key, _SAMPLING_NOTES[key]))
+            elif key == "policy" and value == "slo":
                 out[server].append(_slo_policy(mapper(key, "continuous")))
             else:
                 out[server].append(mapper(key, value))
@@ -362,6 +364,20 @@ def _llamacpp(key: str, value: Any) -> Equivalent:
         return _none(s, key, "llama-server has no priority classes, batch window or queue limit")
     return _none(s, key, "no llama.cpp equivalent")
 
+
+# Batch alignment keys (issue 39) are the bundled server's failure switches: the rollback value
+# (mixed alignment, a generator per seeded request) is what the other servers always do.
+_SAMPLING_NOTES = {
+    "sampling_alignment": (
+        "no setting: the server batches requests whatever their sampling parameters (the "
+        "rollback value, `mixed`)"
+    ),
+    "shared_sampler_seed": (
+        "no setting: a seeded request gets its own generator (the rollback value, `false`); "
+        "answers that still change with the batch are the kernels' (vLLM: "
+        "VLLM_BATCH_INVARIANT=1 where the version has it)"
+    ),
+}
 
 _MAPPERS = {"vllm": _vllm, "triton": _triton, "tgi": _tgi, "llamacpp": _llamacpp}
 

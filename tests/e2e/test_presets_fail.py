@@ -37,6 +37,18 @@ CASES = [
         "session_prefix_reuse@chat_sessions",
         "num_gpu_blocks_override",
     ),
+    (
+        "align_sampling_strict",
+        "sampling_mix",
+        "mixed_sampling_throughput@sampling_mix",
+        "sampling_alignment",
+    ),
+    (
+        "shared_sampler_seed",
+        "sampling_mix",
+        "answer_consistency@sampling_mix",
+        "shared_sampler_seed",
+    ),
 ]
 
 
