@@ -22,7 +22,7 @@ from server_testlib import metric, wait_until
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[3] / "benchmarks"))
 
-from bench_overload import counts, flood, raise_open_file_limit, request_bytes, send_one
+from overload_client import counts, flood, raise_open_file_limit, request_bytes, send_one
 
 MARGIN_SECONDS = 120.0
 # Long enough that the running slots stay taken while the burst arrives; short enough for CI.
