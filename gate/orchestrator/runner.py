@@ -38,6 +38,7 @@ from gate.orchestrator.live_preset import apply_live_preset, restore_settings
 from gate.orchestrator.manifest import Manifest
 from gate.orchestrator.presets import server_flags
 from gate.orchestrator.processes import ChildProcess, ProcessError
+from gate.orchestrator.restore_guard import RestoreGuard
 from gate.orchestrator.run_config import RunConfig, RunResult
 from gate.orchestrator.server import BundledServer, start_bundled_server
 from gate.orchestrator.session import ProfileSession, SessionSettings
@@ -75,6 +76,7 @@ class _Run:
         self.client: TargetClient | None = None
         self.info: TargetInfo | None = None
         self.restore: tuple[str, dict[str, Any]] | None = None
+        self.guard: RestoreGuard | None = None  # restores `restore` if batchgate is killed
         self.aborted: AbortRecord | None = None
         self.plans = config.plans
         self.calibration: dict[str, Any] | None = None
@@ -177,6 +179,7 @@ class _Run:
             self.view.message(f"batchgate: applied preset {c.preset_name!r} to {url} (kept)")
             return
         self.restore = (url, previous)
+        self.guard = RestoreGuard.start(c.run_dir, url, previous, admin_token=c.admin_token)
         self.view.message(
             f"batchgate: applied preset {c.preset_name!r} to {url}; its previous settings "
             "are restored at the end (--keep-preset keeps the preset)"
@@ -278,6 +281,8 @@ class _Run:
                     child.stop(timeout_seconds=1.0)
             if self.restore is not None:
                 self._restore_settings(*self.restore)
+            if self.guard is not None:
+                self.guard.release()
             if self.client is not None:
                 self.client.close()
         finally:

@@ -114,3 +114,23 @@ def test_batchgate_run_sigkilled_leaves_no_process_and_a_checkable_directory(
     assert again.returncode == 5, again.stdout + again.stderr
     assert "could not record how it ended" in again.stdout + again.stderr
     assert set(statuses(profile.parent).values()) == {"no_data"}
+
+
+def test_batchgate_run_sigkilled_takes_its_bundled_server_down_too(tmp_path: Path) -> None:
+    gates = write_gates(tmp_path)
+    argv = run_argv("-", gates, tmp_path / "runs", "bundledkill")
+    argv = [a for a in argv if a not in ("--target", "-")]  # no --target: the bundled server
+    proc = subprocess.Popen(
+        argv, cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=run_env()
+    )
+    watch = Descendants(proc.pid).start()
+    profile = tmp_path / "runs" / "bundledkill" / "steady"
+    wait_for_lines(profile / "requests.jsonl", 3, timeout_seconds=180.0)
+    server = find_descendant(proc.pid, "reference_server")
+    watch.snapshot()
+    kill(proc)
+    proc.communicate(timeout=30)
+    watch.assert_all_gone(timeout_seconds=30.0)  # the server got SIGTERM and shut down
+    assert server.pid in watch.seen
+    load = json.loads((profile / "load.json").read_text())
+    assert load["ended"] == "interrupted"
