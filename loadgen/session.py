@@ -189,16 +189,17 @@ class LoadSession:
         the probes too: a probe sent to an idle server would not be under the profile's load."""
         count = int(self.spec.params.get("probes") or 0)
         duration = self.spec.schedule.duration_seconds
-        for n, (offset, members) in enumerate(probe_schedule(count, duration)):
+        numbers = itertools.count()  # the probe records' ids: `<worker>-p<n>`
+        for offset, members in probe_schedule(count, duration):
             delay = t0 + offset - time.monotonic()
             if delay > 0:
                 gevent.sleep(delay)
             if self.stopping or (self.spec.mode == "closed" and len(self.group) <= 1):
                 break
             stage = self._stage_at(offset)
-            for j, index in enumerate(members):
+            for index in members:
                 req = probe_request(
-                    PROBE_SET[index], index=n * len(members) + j, offset_seconds=offset, stage=stage
+                    PROBE_SET[index], index=next(numbers), offset_seconds=offset, stage=stage
                 )
                 self.planned += 1
                 self.probe_group.spawn(self._probe_one, req, t0 + offset)

@@ -24,7 +24,7 @@ def test_the_probe_set_pairs_greedy_and_seeded_probes() -> None:
 
 
 def test_probe_schedule_spreads_groups_over_the_profile() -> None:
-    groups = probe_schedule(7, 10.0)
+    groups = probe_schedule(7, 10.0)  # an odd count: the last group is one probe
     assert [len(m) for _, m in groups] == [2, 2, 2, 1]
     assert [round(t, 3) for t, _ in groups] == [1.25, 3.75, 6.25, 8.75]
     assert [i for _, m in groups for i in m] == [0, 1, 2, 3, 4, 5, 6]
@@ -70,13 +70,13 @@ def test_probes_are_marked_counted_and_answered_alone_and_under_load(fake_server
     out = tmp_path / "steady"
     result = run_loadgen(
         "--target", server.url, "--profile", "steady", "--out", str(out), "--duration", "2",
-        "--rate", "20", "--set", "output_tokens=4", "--set", "probes=6",
+        "--rate", "20", "--set", "output_tokens=4", "--set", "probes=7",
     )  # fmt: skip
     assert result.returncode == 0, result.stderr
     records, load = read_records(out), read_load(out)
     assert validate_load_json(load) == [] and all(validate_record(r) == [] for r in records)
     probes = [r for r in records if r["probe"] is not None]
-    assert sorted(r["probe"] for r in probes) == [0, 1, 2, 3, 4, 5]
+    assert sorted(r["probe"] for r in probes) == [0, 1, 2, 3, 4, 5, 6]  # odd: none lost
     assert all(r["probe_answer"] == "x" * PROBE_MAX_TOKENS for r in probes)
     assert len(records) == load["sent_requests"] == load["planned_requests"]
     alone = tmp_path / "alone"
