@@ -3,8 +3,8 @@
 Reads both run directories, takes each run's verdicts from its verdicts.json (or evaluates
 both with `--gates FILE`, writing nothing), and prints the comparison of `gate.compare` as rich
 tables or, with `--json`, as one JSON object. Exit 0 when compared; 2 for a missing path or bad
-arguments, 4 for an invalid gates file, 5 for a directory that is not a readable run or two
-runs without a profile in common.
+arguments, 4 for an invalid gates file, 5 for a directory that is not a readable run, two
+runs without a profile in common, or a damaged run (compared, with notes saying what is wrong).
 """
 
 from __future__ import annotations
@@ -25,6 +25,7 @@ from gate.commands._common import (
 )
 from gate.compare import compare, render
 from gate.errors import ExitCode, UsageError
+from gate.rundir.consistency import run_mismatches
 from gate.verdicts.evaluate import evaluate
 
 __all__ = ["register", "run"]
@@ -84,4 +85,7 @@ def run(args: argparse.Namespace) -> int:
         print(json.dumps(comparison.to_dict(), indent=2, allow_nan=False))
     else:
         output_console().print(render(comparison))
-    return int(ExitCode.PASSED)
+    # Compared, but a damaged run (its records or files no longer what was measured, said in
+    # the notes) is no data, as `check` would judge it.
+    damaged = any(run_mismatches(run) for run in (run_a, run_b))
+    return int(ExitCode.NO_DATA if damaged else ExitCode.PASSED)

@@ -17,12 +17,22 @@ from dataclasses import dataclass, field
 from typing import Any
 
 __all__ = [
+    "ANY",
+    "BOOL",
     "CALIBRATION",
+    "COUNT",
     "LOAD",
     "MANIFEST",
+    "NUMBER",
     "SCRAPE",
+    "TEXT",
     "VERDICTS",
+    "VERDICT_KEYS",
     "Shape",
+    "listing",
+    "mapping",
+    "obj",
+    "oneof",
     "problem",
 ]
 

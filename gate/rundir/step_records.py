@@ -111,6 +111,11 @@ def _from_records(path: Path, records: list[dict[str, Any]]) -> _Parsed:
         table = np.array(rows, dtype=np.float64).reshape(len(records), len(STEP_FIELDS))
     except (TypeError, ValueError) as exc:
         raise RunDirError(f"{path}: step fields must be numbers: {exc}") from None
+    # numpy reads true/false as 1/0: a boolean is no step count or time.
+    for number, row in enumerate(rows, start=1):
+        if bool in map(type, row):
+            field = STEP_FIELDS[list(map(type, row)).index(bool)]
+            raise RunDirError(f"{path}: record {number}: {field}: expected a number, got a boolean")
     per_class: dict[str, dict[str, np.ndarray]] = {}
     for key in _GAUGES:
         try:
@@ -128,6 +133,8 @@ def _from_records(path: Path, records: list[dict[str, Any]]) -> _Parsed:
         num_running=per_class["num_running"],
     )
     try:
+        if any(type(r.get("seq")) is bool for r in records):
+            raise TypeError("a boolean")
         seq = _column(records, "seq")
     except (TypeError, ValueError):
         raise RunDirError(f"{path}: seq: step records must number their steps") from None

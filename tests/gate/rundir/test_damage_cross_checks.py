@@ -161,7 +161,7 @@ def test_check_report_saved_and_compare_on_a_damaged_run(tmp_path, capsys):
     # The first finding is requests.parquet's stamp (made by the first check): 386 records.
     assert "its verdicts are stale" in out and "(386 records) was made from" in out
 
-    assert main(["compare", str(reference), str(run), "--json"]) == 0
+    assert main(["compare", str(reference), str(run), "--json"]) == 5  # compared, with notes
     notes = json.loads(capsys.readouterr().out)["notes"]
     assert any("run B:" in n and "its verdicts are stale" in n for n in notes)
     assert any(n.startswith("run B is damaged (burst: requests.jsonl is ") for n in notes)
