@@ -2,7 +2,8 @@
 
 Owns the command around the session (`gate.orchestrator.tune_session`: target, calibration,
 search): its arguments and their validation before anything starts, printing the candidates
-table, writing `tune.json` and `tune.html`, and the winner as a named preset in a gates file.
+table, writing `tune.json` and `tune.html`, and the winner as a named preset in the tune directory
+(and in the gates file --write-gates names; never in ./gates.yaml unless asked).
 Exit: 0 a winner (preset written), 1 no candidate passes every gate, 2 usage, 4 invalid gates
 file, 5 the target died, could not be calibrated, or the search was interrupted.
 """
@@ -26,8 +27,7 @@ from gate.commands._common import (
     output_console,
 )
 from gate.errors import BatchgateError, ExitCode, UsageError
-from gate.gates.file import packaged_gates_path
-from gate.gates.preset_writer import add_preset, check_preset_target
+from gate.gates.preset_writer import add_preset, check_preset_target, preset_block
 from gate.orchestrator.live import LiveView
 from gate.orchestrator.plan import PlanError, parse_sets, resolve_plans
 from gate.orchestrator.runner import new_run_id
@@ -35,12 +35,13 @@ from gate.orchestrator.tune import Candidate
 from gate.orchestrator.tune_runner import parse_objective, with_monitors
 from gate.orchestrator.tune_session import TuneOutcome, TuneRequest, TuneSession
 from gate.orchestrator.tune_space import parse_knobs, parse_setting, preset_of
-from gate.outputs.tune_report import candidates_table, write_html
+from gate.outputs.tune_report import candidates_table, preset_instructions, write_html
 from gate.units import UnitError, UnitKind, parse_quantity
 
 __all__ = ["register", "run"]
 
 TUNE_FILE = "tune.json"
+PRESET_FILE = "preset.yaml"
 _NAME = re.compile(r"^[a-z][a-z0-9_]*$")
 
 
@@ -105,8 +106,9 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     parser.add_argument(
         "--write-gates",
         type=Path,
-        help="gates file the winning preset is added to (default: the --gates file, or "
-        "./gates.yaml, made from the packaged default, when that was used)",
+        help="also add the winning preset to this gates file (made from the --gates file when "
+        "it does not exist); without it the preset is only written into the tune directory "
+        "(preset.yaml, and gates.yaml: the --gates file with it)",
     )
     add_set_and_out_arguments(parser)
     parser.set_defaults(func=run)
@@ -219,6 +221,15 @@ def _finish(args: argparse.Namespace, tune_dir: Path, outcome: TuneOutcome, obje
             written = _write_preset(args, tune_dir, winner)
         except (BatchgateError, OSError) as exc:  # the results are kept whatever happens here
             preset_error = str(exc)
+    preset_record = None
+    if written is not None:
+        block, copy, added_to = written
+        preset_record = {
+            "name": a.preset_name,
+            "file": str(block),
+            "gates_file": str(copy),
+            "added_to": None if added_to is None else str(added_to),
+        }
     data = {
         "schema_version": 1,
         "profile": a.profile,
@@ -232,7 +243,7 @@ def _finish(args: argparse.Namespace, tune_dir: Path, outcome: TuneOutcome, obje
         "knobs": {k.path: list(k.values) for k in space.knobs},
         "incumbent": search.incumbent,
         "winner": None if winner is None else winner.settings,
-        "preset": None if written is None else {"name": a.preset_name, "file": str(written)},
+        "preset": preset_record,
         "preset_error": preset_error,
         "runs_skipped_for_budget": search.skipped,
         "ended": search.ended,
@@ -291,34 +302,46 @@ def _finish(args: argparse.Namespace, tune_dir: Path, outcome: TuneOutcome, obje
     if preset_error is not None:
         out.print(f"the winning preset was not written: {preset_error}", markup=False)
         return int(ExitCode.USAGE)
-    out.print(
-        f"preset {a.preset_name!r} written to {written}; apply it with batchgate rollback "
-        f"--to {a.preset_name} --gates {written} or run --preset {a.preset_name}",
-        markup=False,
-    )
+    assert written is not None
+    for line in preset_instructions(a.preset_name, *written):
+        out.print(line, markup=False, soft_wrap=True)
     return int(ExitCode.PASSED)
 
 
 def _preset_target(args: argparse.Namespace) -> tuple[Path, Path]:
-    """(the gates file the winner is written to, the text it starts from): --write-gates, else
-    the --gates file, else ./gates.yaml made from the packaged default."""
+    """(the gates file the winner is added to, the text it starts from): --write-gates (made
+    from the --gates file when it does not exist yet); without it, the copy of the --gates
+    file in the tune directory (`tune_dir/gates.yaml`, written at the end), checked as the
+    --gates file itself. Never ./gates.yaml unless asked: a gates file in the working directory
+    would from then on judge every `batchgate run` there."""
     gates = Path(args.gates)
     target = args.write_gates
     if target is None:
-        packaged = gates.resolve() == packaged_gates_path().resolve()
-        target = Path("gates.yaml") if packaged else gates
+        return gates, gates
     return target, (target if target.is_file() else gates)
 
 
-def _write_preset(args: argparse.Namespace, tune_dir: Path, winner: Candidate) -> Path:
-    target, source = _preset_target(args)
-    text = source.read_text(encoding="utf-8")
+def _write_preset(
+    args: argparse.Namespace, tune_dir: Path, winner: Candidate
+) -> tuple[Path, Path, Path | None]:
+    """(preset.yaml, a gates file holding it, the --write-gates file or None): the preset is
+    always written into the tune directory, as a block of its own and inside a copy of the
+    --gates file; into another gates file only with --write-gates."""
     comment = f"batchgate tune --profile {args.profile}, {tune_dir.name}"
     # On the bundled server the candidates ran on top of --preset: the winner includes it, so
     # `run --preset NAME` on a fresh server runs what was measured.
     base = load_gates_and_preset_preset(args)
-    add_preset(target, text, args.preset_name, preset_of(winner.settings, base), comment)
-    return target
+    preset = preset_of(winner.settings, base)
+    block = tune_dir / PRESET_FILE
+    block.write_text(preset_block(args.preset_name, preset, comment), encoding="utf-8")
+    copy = tune_dir / "gates.yaml"
+    gates_text = Path(args.gates).read_text(encoding="utf-8")
+    add_preset(copy, gates_text, args.preset_name, preset, comment)
+    if args.write_gates is None:
+        return block, copy, None
+    target, source = _preset_target(args)
+    add_preset(target, source.read_text(encoding="utf-8"), args.preset_name, preset, comment)
+    return block, copy, target
 
 
 def load_gates_and_preset_preset(args: argparse.Namespace) -> dict[str, Any] | None:

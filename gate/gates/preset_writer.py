@@ -2,8 +2,9 @@
 
 Owns finding the top-level `presets:` block (or appending one), writing the preset there as
 YAML with a comment line saying where it came from, refusing a name that is already taken, and
-checking that the file still parses as a gates file before it is replaced (atomically). It does
-not decide the preset (`batchgate tune`).
+checking that the file still parses as a gates file before it is replaced (atomically); and the
+preset as a block of its own (`preset_block`, what `batchgate tune` leaves in its directory). It
+does not decide the preset (`batchgate tune`) or choose the file.
 """
 
 from __future__ import annotations
@@ -19,7 +20,7 @@ import yaml
 from gate.errors import BatchgateError, ExitCode
 from gate.gates.file import loads
 
-__all__ = ["PresetWriteError", "add_preset", "check_preset_target"]
+__all__ = ["PresetWriteError", "add_preset", "check_preset_target", "preset_block"]
 
 _TOP_KEY = re.compile(r"^[A-Za-z_][\w-]*\s*:")
 _PRESETS = re.compile(r"^presets\s*:\s*(#.*)?$")
@@ -32,6 +33,12 @@ class PresetWriteError(BatchgateError, ValueError):
 def _block(name: str, preset: Mapping[str, Any], comment: str, indent: str) -> list[str]:
     body = yaml.safe_dump({name: dict(preset)}, sort_keys=False, default_flow_style=None)
     return [f"{indent}# {comment}\n", *(indent + line + "\n" for line in body.splitlines())]
+
+
+def preset_block(name: str, preset: Mapping[str, Any], comment: str) -> str:
+    """The preset as a `presets:` block of its own, to paste under a gates file's `presets:`
+    (or append to a file that has none); it parses as a gates file's presets section."""
+    return "presets:\n" + "".join(_block(name, preset, comment, "  "))
 
 
 def _indent(lines: list[str], at: int) -> str:

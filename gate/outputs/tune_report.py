@@ -18,7 +18,34 @@ from rich.table import Table
 from gate.outputs.html.page import STYLE
 from gate.outputs.html.svg import PALETTE
 
-__all__ = ["candidates_table", "pareto_front", "tradeoff_svg", "write_html"]
+__all__ = [
+    "candidates_table",
+    "pareto_front",
+    "preset_instructions",
+    "tradeoff_svg",
+    "write_html",
+]
+
+
+def preset_instructions(
+    name: str, block: Path, gates_copy: Path, added_to: Path | None
+) -> list[str]:
+    """What the command prints about the winning preset: where it is and how to use it."""
+    lines = [f"preset {name!r} written to {block}"]
+    if added_to is not None:
+        lines.append(f"  added to {added_to}")
+    use = added_to or gates_copy
+    lines += [
+        f"  run with it:    batchgate run --gates {use} --preset {name}",
+        f"  roll back to it: batchgate rollback --gates {use} --to {name} --target URL",
+    ]
+    if added_to is None:
+        lines.append(
+            f"  add it to a gates file: paste {block.name}'s entry under that file's presets: "
+            f"(or append the whole block to a file without one), or tune again with "
+            f"--write-gates FILE; {gates_copy} is the gates file judged here, with it"
+        )
+    return lines
 
 
 def _interval(m: Any) -> str:
