@@ -220,7 +220,10 @@ class _GuardedBase(HttpToolsProtocol):
             self._refusal = "header_too_large"
             raise ValueError("request head over the limit")
         path = self.url.split(b"?", 1)[0]
-        if path not in EXEMPT_PATHS:
+        # A request pipelined behind one still being answered waits for it; a refusal written
+        # now would land inside that answer.
+        answering = self.cycle is not None and not self.cycle.response_complete
+        if path not in EXEMPT_PATHS and not answering:
             refusal = self._over_a_cap()
             if refusal is not None:
                 guard.refused(refusal)
