@@ -38,6 +38,7 @@ __all__ = [
     "add_common_arguments",
     "add_evaluation_arguments",
     "add_set_and_out_arguments",
+    "console_width",
     "default_gates_path",
     "find_gates_file",
     "load_baseline",
@@ -317,6 +318,15 @@ def default_gates_path() -> Path:
 
 
 def output_console() -> Console:
-    """The console a command prints its results on: the terminal's width, or 160 columns in a
-    CI log (no terminal), where rich would otherwise assume 80 and squeeze the tables."""
-    return Console(highlight=False, width=None if sys.stdout.isatty() else 160)
+    """The console a command prints its results on: `COLUMNS` columns when it is set (in a
+    terminal and through a pipe alike), else the terminal's width, else 160 columns in a CI log
+    (no terminal), where rich would otherwise assume 80 and squeeze the tables."""
+    return Console(highlight=False, width=console_width(os.environ, sys.stdout.isatty()))
+
+
+def console_width(environ: Mapping[str, str], is_terminal: bool) -> int | None:
+    """The width `output_console` uses (None: ask the terminal)."""
+    columns = environ.get("COLUMNS", "").strip()
+    if columns.isdigit() and int(columns) > 0:
+        return int(columns)
+    return None if is_terminal else 160

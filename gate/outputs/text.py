@@ -13,6 +13,7 @@ __all__ = [
     "describe",
     "format_delta",
     "format_interval",
+    "format_judged",
     "format_margin",
     "format_verdict_value",
     "rollback_line",
@@ -21,6 +22,11 @@ __all__ = [
 
 def _kind(verdict: Verdict) -> UnitKind:
     return UnitKind(verdict.unit)
+
+
+def format_judged(verdict: Verdict) -> str:
+    """What the gate judges: its statistic of its metric ("p99 ttft", "count errors")."""
+    return f"{verdict.statistic} {verdict.metric}"
 
 
 def format_verdict_value(verdict: Verdict) -> str:
