@@ -8,7 +8,8 @@ a bucket larger than MAX_BUCKET_BLOCKS gathered blocks is split so its gather st
 cache-sized; within a bucket queries are padded to the longest chunk, whole K/V blocks are gathered
 through a padded block table, and a precomputed additive mask (0 / -inf) is applied before an
 fp32 softmax. No Python loop runs per token; the index tensors are built once per step and
-shared by every layer.
+shared by every layer. With `batch_invariant` the buckets' query rows are padded and the
+softmax and values product go through batch_invariant.invariant_attend.
 
 The pool is heads-major, (2, kv_heads, num_blocks, block_size, head_dim) per layer, so a block
 gather lands directly in the (kv_heads, batch, keys, head_dim) layout batched matmul wants:
@@ -18,9 +19,12 @@ no copy of the gathered keys besides the gather itself.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from functools import partial
 from itertools import accumulate
 
 import torch
+
+from reference_server.batch_invariant import invariant_attend, key_blocks_per_reduction
 
 __all__ = [
     "AttentionBucket",
@@ -49,6 +53,8 @@ class AttentionMetadata:
     positions: torch.Tensor  # (num_tokens,) absolute position of each query token
     slot_mapping: torch.Tensor  # (num_tokens,) flat pool slot where each new K/V goes
     buckets: tuple[AttentionBucket, ...]
+    # Batch-invariant attention (batch_invariant.py); the buckets' query rows are then padded.
+    batch_invariant: bool = False
 
 
 def _bucket_key(query_len: int, context_blocks: int) -> tuple[int, int]:
@@ -96,11 +102,18 @@ def _build_bucket(
     token_offsets: list[int],
     block_tables: torch.Tensor,
     block_size: int,
+    query_row_quantum: int,
+    key_block_quantum: int,
 ) -> AttentionBucket:
     device = block_tables.device
     max_query = max(query_lens[i] for i in chunks)
+    max_query += -max_query % query_row_quantum
     max_context = max(context_lens[i] for i in chunks)
     num_blocks = (max_context + block_size - 1) // block_size
+    num_blocks += -num_blocks % key_block_quantum
+    missing = num_blocks - block_tables.shape[1]
+    if missing > 0:  # padding key blocks: block id 0 (any valid id), masked below
+        block_tables = torch.nn.functional.pad(block_tables, (0, missing))
     columns = torch.tensor(
         [
             [token_offsets[i] for i in chunks],
@@ -138,13 +151,16 @@ def build_attention_metadata(
     context_lens: list[int],
     block_tables: torch.Tensor,
     block_size: int,
+    query_row_quantum: int | None = None,
 ) -> AttentionMetadata:
     """query_lens, context_lens: one entry per chunk; context_len = tokens cached after this
     step. block_tables: (num_chunks, max_blocks) long on the pool's device, padded with any
-    valid block id."""
+    valid block id. query_row_quantum: batch-invariant attention, each bucket's query rows
+    padded to a multiple of it (None: the default kernel)."""
     device = block_tables.device
     num_chunks = len(query_lens)
     num_tokens = sum(query_lens)
+    invariant = query_row_quantum is not None
     token_offsets = list(accumulate(query_lens, initial=0))[:-1]
     buckets: dict[tuple[int, int], list[int]] = {}
     for i in range(num_chunks):
@@ -179,9 +195,12 @@ def build_attention_metadata(
                 token_offsets=token_offsets,
                 block_tables=block_tables,
                 block_size=block_size,
+                query_row_quantum=query_row_quantum or 1,
+                key_block_quantum=key_blocks_per_reduction(block_size) if invariant else 1,
             )
             for chunks in groups
         ),
+        batch_invariant=invariant,
     )
 
 
@@ -217,6 +236,7 @@ def _attend_bucket(
     value_pool: torch.Tensor,
     bucket: AttentionBucket,
     group: int,
+    batch_invariant: bool = False,
 ) -> torch.Tensor:
     """Returns (B, Q, heads, head_dim) for the bucket's padded query rows."""
     num_heads, head_dim = query.shape[1], query.shape[2]
@@ -228,7 +248,12 @@ def _attend_bucket(
         .permute(2, 0, 3, 1, 4)  # (kv_heads, B, group, Q, head_dim)
         .reshape(num_kv_heads, batch, group * max_query, head_dim)
     )
-    out = _attend(
+    attend = _attend
+    if batch_invariant:
+        block_size = key_pool.shape[2]
+        key_block = block_size * key_blocks_per_reduction(block_size)
+        attend = partial(invariant_attend, key_block=key_block)
+    out = attend(
         bucket_query,
         _gather_blocks(key_pool, bucket.block_tables),
         _gather_blocks(value_pool, bucket.block_tables),
@@ -262,14 +287,15 @@ def paged_attention(
     value_pool.view(num_kv_heads, -1, head_dim)[:, metadata.slot_mapping] = value.transpose(0, 1)
     query = query * scale
     buckets = metadata.buckets
+    invariant = metadata.batch_invariant
     if len(buckets) == 1 and buckets[0].query_valid is None:
         # One dense bucket holds every token in flat order: no scatter needed.
-        return _attend_bucket(query, key_pool, value_pool, buckets[0], group).reshape(
+        return _attend_bucket(query, key_pool, value_pool, buckets[0], group, invariant).reshape(
             num_tokens, num_heads, head_dim
         )
     output = query.new_empty(num_tokens, num_heads, head_dim)
     for bucket in buckets:
-        out = _attend_bucket(query, key_pool, value_pool, bucket, group)
+        out = _attend_bucket(query, key_pool, value_pool, bucket, group, invariant)
         if bucket.query_valid is None:
             output[bucket.token_index.flatten()] = out.reshape(-1, num_heads, head_dim)
         else:

@@ -17,6 +17,7 @@ from reference_server.errors import ConfigError
 __all__ = [
     "ITERATION_POLICIES",
     "POLICIES",
+    "SAMPLING_ALIGNMENTS",
     "BatchingConfig",
     "ClassConfig",
     "EngineConfig",
@@ -27,6 +28,9 @@ POLICIES: tuple[str, ...] = ("continuous", "dynamic", "static", "slo")
 # Policies that admit per iteration (no batch membership): slo is continuous with a step budget.
 ITERATION_POLICIES: tuple[str, ...] = ("continuous", "slo")
 DEVICES: tuple[str, ...] = ("auto", "cpu", "cuda")
+# "mixed": one step serves rows with any sampling parameters (each sampled with its own);
+# "strict": a step serves only rows of one sampling signature (a failure preset).
+SAMPLING_ALIGNMENTS: tuple[str, ...] = ("mixed", "strict")
 DTYPES: tuple[str, ...] = ("float32", "bfloat16", "float16")
 
 
@@ -144,12 +148,21 @@ class BatchingConfig:
     # the cache is dropped at once (its free blocks become plain free blocks); on again: it starts
     # empty.
     enable_prefix_caching: bool = True
+    # Two deliberate failure presets of batch alignment (docs/engine.md, "Mixed batches"):
+    # "strict" makes each step serve only the rows of one sampling signature (temperature, top_p,
+    # top_k, seed given or not, penalties, logit_bias, stop, thinking), taking the signatures in
+    # turn: an engine that falls back to one parameter set at a time when traffic mixes them.
+    sampling_alignment: str = "mixed"
+    # True: the seeded rows of a step draw their noise from one generator shared by the batch
+    # (seeded from its first seeded row), so a seeded answer depends on its batch company.
+    shared_sampler_seed: bool = False
     interactive: ClassConfig = field(default_factory=ClassConfig)
     batch: ClassConfig = field(default_factory=_batch_class_default)
 
     def __post_init__(self) -> None:
         _choice("policy", self.policy, POLICIES)
         _choice("batch_api_priority", self.batch_api_priority, ("batch", "interactive"))
+        _choice("sampling_alignment", self.sampling_alignment, SAMPLING_ALIGNMENTS)
         if self.batch_max_running_with_interactive is not None:
             _int(
                 "batch_max_running_with_interactive",
@@ -163,7 +176,7 @@ class BatchingConfig:
         _int("max_num_batched_tokens", self.max_num_batched_tokens, minimum=1)
         _int("max_prefill_chunk_tokens", self.max_prefill_chunk_tokens, minimum=1)
         _int("max_starvation_steps", self.max_starvation_steps, minimum=1)
-        for name in ("shared_queue", "enable_prefix_caching"):
+        for name in ("shared_queue", "enable_prefix_caching", "shared_sampler_seed"):
             if not isinstance(getattr(self, name), bool):
                 raise ConfigError(name, f"must be a boolean, got {getattr(self, name)!r}")
         for name in ("interactive", "batch"):
@@ -237,6 +250,11 @@ class EngineConfig:
     # for the HTTP loop and a load generator (on a busy 2-core box 2 threads made each step ~5x
     # slower than 1, docs/model.md); on CUDA torch's own setting is kept.
     torch_num_threads: int | None = None
+    # Every token row's logits independent of the rest of the step (row count, padding, chunking,
+    # prefill or decode), so a greedy or seeded answer is the same alone, in any batch, after a
+    # preemption recompute and from the prefix cache. Measured cost and the default's reasons:
+    # docs/engine.md, "Batch invariance".
+    batch_invariant: bool = True
     batching: BatchingConfig = field(default_factory=BatchingConfig)
 
     def __post_init__(self) -> None:
@@ -260,6 +278,8 @@ class EngineConfig:
         _optional_str("step_log_path", self.step_log_path)
         if self.torch_num_threads is not None:
             _int("torch_num_threads", self.torch_num_threads, minimum=1)
+        if not isinstance(self.batch_invariant, bool):
+            raise ConfigError("batch_invariant", f"must be a boolean, got {self.batch_invariant!r}")
         if not isinstance(self.batching, BatchingConfig):
             raise ConfigError("batching", "must be a BatchingConfig")
 

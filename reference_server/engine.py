@@ -21,6 +21,7 @@ from reference_server.block_manager import BlockManager
 from reference_server.config import EngineConfig
 from reference_server.embedding_jobs import EmbeddingJobs, validate_embedding_inputs
 from reference_server.errors import AdmissionError, ConfigError, EngineError, EngineFailure
+from reference_server.output_processor import OutputProcessor
 from reference_server.outputs import EngineStats, RequestOutput, StepResult
 from reference_server.request_validation import validate_request
 from reference_server.sampling_params import SamplingParams
@@ -28,7 +29,6 @@ from reference_server.scheduler import Scheduler
 from reference_server.sequence import ScheduledChunk, Sequence, request_output
 from reference_server.step_cost import step_features
 from reference_server.step_record import StepLog, StepRecord
-from reference_server.text_stream import TextStream
 from reference_server.tokenizer import ByteTokenizer
 
 __all__ = ["Engine", "ModelRunnerLike"]
@@ -76,6 +76,7 @@ class Engine:
                 max_model_len=config.max_model_len,
                 max_num_batched_tokens=config.batching.max_num_batched_tokens,
                 num_threads=num_threads,
+                batch_invariant=config.batch_invariant,
             )
         self._config = config
         self.runner = runner
@@ -86,12 +87,17 @@ class Engine:
             watermark_ratio=config.watermark_ratio,
         )
         self.scheduler = Scheduler(config.batching, self.block_manager)
+        self._apply_sampler_settings(config.batching)
         self.step_log = StepLog(max_records=config.step_log_size, path=config.step_log_path)
         self._rng = random.Random(config.seed)
-        self._eos_token_id = runner.eos_token_id
         self._max_model_len = config.max_model_len
         self._seqs: dict[str, Sequence] = {}
-        self._streams: dict[str, TextStream] = {}
+        self._output_processor = OutputProcessor(
+            self.tokenizer,
+            eos_token_id=runner.eos_token_id,
+            max_model_len=config.max_model_len,
+            on_finish=self._finish_flushing,
+        )
         self._pending_outputs: list[RequestOutput] = []
         self._num_with_deadline = 0
         self._num_added = 0
@@ -123,8 +129,15 @@ class Engine:
         if check is not None and updated.max_num_batched_tokens != previous.max_num_batched_tokens:
             check(updated.max_num_batched_tokens)
         self.scheduler.set_config(updated)
+        self._apply_sampler_settings(updated)
         self._config = dataclasses.replace(self._config, batching=updated)
         return previous.to_dict()
+
+    def _apply_sampler_settings(self, batching: Any) -> None:
+        # The runner samples; the one batching setting it reads is the shared_sampler_seed bug
+        # (a fake runner without the attribute ignores it).
+        if hasattr(self.runner, "shared_sampler_seed"):
+            self.runner.shared_sampler_seed = batching.shared_sampler_seed
 
     # -- requests --------------------------------------------------------------------------
 
@@ -161,6 +174,7 @@ class Engine:
             # A rough wait: one step per queued request ahead, bounded to something actionable.
             retry = min(30.0, max(0.1, self._step_seconds_ema * max(1, waiting)))
             raise AdmissionError("queue_full", retry_after_seconds=round(retry, 3))
+        signature = params.signature()  # before the seed is drawn: given-or-not is part of it
         if params.seed is None:
             # Drawn now so a recompute after preemption samples the same tokens.
             params = dataclasses.replace(params, seed=self._rng.randrange(_SEED_LIMIT))
@@ -172,9 +186,10 @@ class Engine:
             priority=priority,
             arrival_time=time.monotonic() if arrival_time is None else arrival_time,
             order=self._num_added,
+            signature=signature,
         )
         self._seqs[request_id] = seq
-        self._streams[request_id] = TextStream(self.tokenizer, params.stop)
+        self._output_processor.add(request_id, params)
         if seq.deadline_time is not None:
             self._num_with_deadline += 1
         self.scheduler.add(seq)
@@ -353,41 +368,16 @@ class Engine:
         return failures
 
     def _append_token(self, seq: Sequence, token: int, now: float) -> RequestOutput:
-        # The per-token hot path (once per running sequence per step): kept lean on purpose.
-        output_token_ids = seq.output_token_ids
-        output_token_ids.append(token)
-        num_output_tokens = len(output_token_ids)
+        seq.output_token_ids.append(token)
         self._stats.num_generation_tokens_total += 1
         if seq.first_token_time is None:
             seq.first_token_time = now
-        params = seq.sampling_params
-        text, stopped = self._streams[seq.request_id].push(token)
-        is_eos = token == self._eos_token_id and not params.ignore_eos
-        if stopped or is_eos or token in params.stop_token_ids:
-            reason = "stop"
-        elif num_output_tokens >= params.max_tokens:
-            reason = "length"
-        elif len(seq.prompt_token_ids) + num_output_tokens >= self._max_model_len:
-            # Unreachable through add_request's checks today; kept as the cache's hard bound.
-            reason = "max_model_len"
-        else:
-            # The same fields as request_output, positionally (cheaper than keywords per token).
-            return RequestOutput(
-                seq.request_id,
-                [token],
-                text,
-                False,
-                None,
-                len(seq.prompt_token_ids),
-                num_output_tokens,
-                seq.arrival_time,
-                seq.first_scheduled_time,
-                seq.first_token_time,
-                seq.num_preemptions,
-                seq.num_cached_tokens,
-            )
-        seq.finish_reason = reason  # the scheduler drops it after this step
-        return self._finish(seq, reason, [token], text, flush=not stopped)
+        return self._output_processor.append_token(seq, token)
+
+    def _finish_flushing(
+        self, seq: Sequence, reason: str, new_token_ids: list[int], text: str, flush: bool
+    ) -> RequestOutput:
+        return self._finish(seq, reason, new_token_ids, text, flush=flush)
 
     def _finish(
         self,
@@ -399,9 +389,7 @@ class Engine:
         flush: bool = True,
     ) -> RequestOutput:
         seq.finish_reason = reason
-        stream = self._streams.pop(seq.request_id)
-        if flush:
-            text += stream.finish()
+        text += self._output_processor.remove(seq.request_id, flush=flush)
         del self._seqs[seq.request_id]
         if seq.deadline_time is not None:
             self._num_with_deadline -= 1

@@ -4,8 +4,10 @@ request's rules on EOS, special tokens, stop_token_ids and min_tokens hold.
 
 It owns a precomputed (rows, vocab) table of 0 / -inf, one row per UTF-8 state (the boundary
 split by how many tokens are left), and advances each sequence's UTF-8 state as its output grows
-(one table lookup per new token, never a rescan). It knows nothing about the model or about
-scheduling; the model runner calls `apply` once per step on the rows it samples.
+(one table lookup per new token, never a rescan). In thinking mode the reasoning ends on a
+character boundary too and cannot be cut short by EOS or a stop token id. It knows nothing
+about the model or about scheduling; the model runner calls `apply` once per step on the rows
+it samples.
 """
 
 from __future__ import annotations
@@ -91,8 +93,19 @@ class AllowedTokenMask:
                 seq.num_utf8_tokens = num_output
             state = seq.utf8_state
             params = seq.sampling_params
-            rows.append(mask_row(state, params.max_tokens - num_output))
-            if params.stop_token_ids or params.ignore_eos or params.min_tokens > num_output:
+            # Thinking mode: reasoning must end on a character boundary too (its text and the
+            # answer's are separate strings), and runs its full length (no EOS, no stop id).
+            thinking_end = params.num_thinking_tokens
+            if num_output < thinking_end:
+                rows.append(mask_row(state, thinking_end - num_output))
+            else:
+                rows.append(mask_row(state, params.max_tokens - num_output))
+            if (
+                params.stop_token_ids
+                or params.ignore_eos
+                or params.min_tokens > num_output
+                or thinking_end > num_output
+            ):
                 self._request_rules(row, seq, state, allow, ban)
             elif self.eos_token_id < NUM_BYTE_TOKENS:
                 self._check_ending_byte(row, state, self.eos_token_id, ban)
@@ -140,7 +153,7 @@ class AllowedTokenMask:
                 ban[1].append(eos)
         elif eos < NUM_BYTE_TOKENS:
             self._check_ending_byte(row, state, eos, ban)
-        if params.min_tokens > len(seq.output_token_ids):
+        if max(params.min_tokens, params.num_thinking_tokens) > len(seq.output_token_ids):
             for token in (eos, *stop_ids):
                 ban[0].append(row)
                 ban[1].append(token)

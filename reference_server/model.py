@@ -11,9 +11,22 @@ import torch
 from torch import nn
 
 from reference_server.attention import AttentionMetadata, paged_attention
+from reference_server.batch_invariant import row_padded_linear
 from reference_server.model_config import ModelConfig
 
 __all__ = ["LlamaForCausalLM", "build_random_model"]
+
+
+class Linear(nn.Linear):
+    """nn.Linear (same parameters and state-dict keys) whose row count can be padded to
+    batch_invariant.ROW_QUANTUM, so each row's result is the same in any batch."""
+
+    row_padded = False  # set on every layer by LlamaForCausalLM.set_batch_invariant
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        if self.row_padded:
+            return row_padded_linear(x, self.weight)
+        return super().forward(x)
 
 
 class RMSNorm(nn.Module):
@@ -67,10 +80,10 @@ class LlamaAttention(nn.Module):
         self.head_dim = config.head_dim
         self.scale = self.head_dim**-0.5
         h = config.hidden_size
-        self.q_proj = nn.Linear(h, self.num_heads * self.head_dim, bias=False)
-        self.k_proj = nn.Linear(h, self.num_kv_heads * self.head_dim, bias=False)
-        self.v_proj = nn.Linear(h, self.num_kv_heads * self.head_dim, bias=False)
-        self.o_proj = nn.Linear(self.num_heads * self.head_dim, h, bias=False)
+        self.q_proj = Linear(h, self.num_heads * self.head_dim, bias=False)
+        self.k_proj = Linear(h, self.num_kv_heads * self.head_dim, bias=False)
+        self.v_proj = Linear(h, self.num_kv_heads * self.head_dim, bias=False)
+        self.o_proj = Linear(self.num_heads * self.head_dim, h, bias=False)
 
     def forward(
         self,
@@ -94,9 +107,9 @@ class LlamaMLP(nn.Module):
     def __init__(self, config: ModelConfig) -> None:
         super().__init__()
         h, m = config.hidden_size, config.intermediate_size
-        self.gate_proj = nn.Linear(h, m, bias=False)
-        self.up_proj = nn.Linear(h, m, bias=False)
-        self.down_proj = nn.Linear(m, h, bias=False)
+        self.gate_proj = Linear(h, m, bias=False)
+        self.up_proj = Linear(h, m, bias=False)
+        self.down_proj = Linear(m, h, bias=False)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         return self.down_proj(nn.functional.silu(self.gate_proj(x)) * self.up_proj(x))
@@ -132,7 +145,7 @@ class LlamaForCausalLM(nn.Module):
         self.config = config
         self.max_positions = max_positions or config.max_position_embeddings
         self.model = LlamaModel(config, self.max_positions)
-        self.lm_head = nn.Linear(config.hidden_size, config.vocab_size, bias=False)
+        self.lm_head = Linear(config.hidden_size, config.vocab_size, bias=False)
         if config.tie_word_embeddings:
             self.lm_head.weight = self.model.embed_tokens.weight
 
@@ -151,6 +164,12 @@ class LlamaForCausalLM(nn.Module):
 
     def compute_logits(self, hidden: torch.Tensor) -> torch.Tensor:
         return self.lm_head(hidden).float()  # (rows, vocab)
+
+    def set_batch_invariant(self, enabled: bool) -> None:
+        """Row-padded products in every linear layer (attention is told by its metadata)."""
+        for module in self.modules():
+            if isinstance(module, Linear):
+                module.row_padded = enabled
 
 
 def build_random_model(

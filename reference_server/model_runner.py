@@ -8,6 +8,7 @@ advance sequences (the engine appends sampled tokens and num_computed_tokens aft
 
 from __future__ import annotations
 
+import math
 import os
 from collections.abc import Sequence as AbcSequence
 from typing import TYPE_CHECKING
@@ -16,10 +17,12 @@ import psutil
 import torch
 
 from reference_server.attention import build_attention_metadata
+from reference_server.batch_invariant import ROW_QUANTUM
 from reference_server.checkpoint import load_checkpoint
 from reference_server.errors import ConfigError
 from reference_server.kv_cache import DEFAULT_CPU_KV_CACHE_BYTES, KVCache, num_blocks_for_budget
 from reference_server.logits_mask import AllowedTokenMask
+from reference_server.logits_processors import apply_logits_processors
 from reference_server.model import build_random_model
 from reference_server.model_config import get_preset
 from reference_server.sampler import SamplingTensors, sample
@@ -77,8 +80,23 @@ def _positive_int(field: str, value: object) -> int:
     return value
 
 
+def _shared_generator_seed(seqs: AbcSequence[Sequence]) -> int | None:
+    """The `shared_sampler_seed` preset's one generator per step, seeded from the step's first
+    random row (its seed and position): a seeded row alone draws the same noise every run, but
+    in company its draws depend on who is sampled before it."""
+    for seq in seqs:
+        params = seq.sampling_params
+        if params.temperature > 0:
+            seed = 0 if params.seed is None else params.seed
+            return (seed * 1_000_003 + len(seq.output_token_ids)) % (1 << 63)
+    return None
+
+
 class ModelRunner:
     """One model, one KV pool, one device. execute() is called from a single engine thread."""
+
+    # A failure preset (BatchingConfig.shared_sampler_seed), set by the engine.
+    shared_sampler_seed: bool = False
 
     def __init__(
         self,
@@ -95,6 +113,7 @@ class ModelRunner:
         max_model_len: int = 2048,
         max_num_batched_tokens: int = 2048,
         num_threads: int | None = None,
+        batch_invariant: bool = True,
     ) -> None:
         """num_threads: None leaves torch's intra-op thread count alone; an int sets it for the
         process (the server owns its process). On a busy 2-core box one thread measured far
@@ -150,6 +169,14 @@ class ModelRunner:
             self.eos_token_id = self.tokenizer.eos_token_id
         self._check_max_model_len()
         self.vocab_size = self.model_config.vocab_size
+        # Batch invariance (batch_invariant.py): row-padded products, and attention query rows
+        # padded so that group * rows is a multiple of the same quantum.
+        self.batch_invariant = bool(batch_invariant)
+        self.model.set_batch_invariant(self.batch_invariant)
+        group = self.model_config.num_heads // self.model_config.num_kv_heads
+        self._query_row_quantum = (
+            ROW_QUANTUM // math.gcd(group, ROW_QUANTUM) if self.batch_invariant else None
+        )
         # Outputs stay valid UTF-8 (docs/model.md). Random weights would emit EOS at random, so
         # a synthetic generation runs to max_tokens unless its stop_token_ids name EOS.
         self.allowed_tokens = AllowedTokenMask(
@@ -284,6 +311,7 @@ class ModelRunner:
             context_lens=context_lens,
             block_tables=block_tables.to(device),
             block_size=block_size,
+            query_row_quantum=self._query_row_quantum,
         )
         hidden = self.model(input_ids.to(device), self.kv_cache.kv_layers, metadata)
         results: list[int | None] = [None] * len(chunks)
@@ -298,6 +326,7 @@ class ModelRunner:
         logits = self.model.compute_logits(hidden[rows])  # (rows, vocab) float32
         sampled_seqs = [chunks[i].seq for i in sample_chunks]
         self.allowed_tokens.apply(logits, sampled_seqs)
+        apply_logits_processors(logits, sampled_seqs)
         params = [seq.sampling_params for seq in sampled_seqs]
         tensors = SamplingTensors.from_lists(
             temperature=[float(p.temperature) for p in params],
@@ -308,7 +337,9 @@ class ModelRunner:
             output_position=[len(seq.output_token_ids) for seq in sampled_seqs],
             device=device,
         )
-        for index, token in zip(sample_chunks, sample(logits, tensors).tolist(), strict=True):
+        shared_seed = _shared_generator_seed(sampled_seqs) if self.shared_sampler_seed else None
+        tokens = sample(logits, tensors, shared_generator_seed=shared_seed)
+        for index, token in zip(sample_chunks, tokens.tolist(), strict=True):
             results[index] = token
         return results
 

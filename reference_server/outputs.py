@@ -42,6 +42,11 @@ class RequestOutput:
     # Prompt tokens whose KV was found in the prefix cache at the first admission (OpenAI's
     # usage.prompt_tokens_details.cached_tokens); 0 with caching off.
     num_cached_tokens: int = 0
+    # Thinking mode: the reasoning text of this delta (complete characters; the answer's text is
+    # `new_text`), and the output tokens that were reasoning so far (counted in
+    # num_output_tokens too, as usage.completion_tokens_details.reasoning_tokens is).
+    new_reasoning_text: str = ""
+    num_reasoning_tokens: int = 0
 
 
 @dataclass(slots=True)

@@ -52,7 +52,7 @@ class RequestStreams:
     def __init__(self) -> None:
         self._streams: dict[str, _Stream] = {}
         # Requests delivered once, at the end (stream=False): the pieces so far.
-        self._held: dict[str, tuple[list[str], list[int]]] = {}
+        self._held: dict[str, tuple[list[str], list[int], list[str]]] = {}
         self._lock = threading.Lock()
         self._drain_waiters: list[tuple[asyncio.AbstractEventLoop, asyncio.Event]] = []
         self._futures: set[concurrent.futures.Future[Any]] = set()
@@ -79,7 +79,7 @@ class RequestStreams:
                 raise RequestValidationError("request_id", f"{request_id!r} is already in flight")
             self._streams[request_id] = entry
             if not stream:
-                self._held[request_id] = ([], [])
+                self._held[request_id] = ([], [], [])
         finished = False
         try:
             submit()
@@ -186,16 +186,22 @@ class RequestStreams:
 
 
 def _hold(
-    held: dict[str, tuple[list[str], list[int]]], output: RequestOutput
+    held: dict[str, tuple[list[str], list[int], list[str]]], output: RequestOutput
 ) -> RequestOutput | None:
     """Keep a non-streamed request's pieces; at its end, one output with all of them."""
-    texts, token_ids = held[output.request_id]
+    texts, token_ids, reasoning = held[output.request_id]
     texts.append(output.new_text)
     token_ids.extend(output.new_token_ids)
+    reasoning.append(output.new_reasoning_text)  # thinking mode: always before any answer text
     if not output.finished:
         return None
     del held[output.request_id]
-    return dataclasses.replace(output, new_text="".join(texts), new_token_ids=token_ids)
+    return dataclasses.replace(
+        output,
+        new_text="".join(texts),
+        new_token_ids=token_ids,
+        new_reasoning_text="".join(reasoning),
+    )
 
 
 def _put_all(items: list[tuple[_Stream, RequestOutput]]) -> None:

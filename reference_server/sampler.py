@@ -14,7 +14,7 @@ from dataclasses import dataclass
 
 import torch
 
-__all__ = ["SamplingTensors", "sample", "uniform_noise"]
+__all__ = ["SamplingTensors", "sample", "shared_generator_noise", "uniform_noise"]
 
 _MASK32 = 0xFFFFFFFF
 
@@ -90,9 +90,27 @@ def _filter_top_k_top_p(logits: torch.Tensor, top_k: torch.Tensor, top_p: torch.
     return torch.full_like(logits, float("-inf")).scatter(-1, sorted_index, sorted_logits)
 
 
-def sample(logits: torch.Tensor, params: SamplingTensors) -> torch.Tensor:
+def shared_generator_noise(
+    is_random: torch.Tensor, vocab_size: int, generator_seed: int
+) -> torch.Tensor:
+    """The `shared_sampler_seed` failure preset: (rows, vocab) uniforms in (0, 1) drawn from ONE
+    generator in row order, so a random row's noise depends on the random rows before it in the
+    step (its batch company) instead of on its own seed and position. Greedy rows draw nothing."""
+    generator = torch.Generator(device="cpu").manual_seed(generator_seed)
+    num_random = int(is_random.sum())
+    draws = torch.rand((num_random, vocab_size), generator=generator)
+    uniform = torch.full((is_random.shape[0], vocab_size), 0.5)
+    uniform[is_random.cpu()] = draws
+    # rand's 24-bit grid is [0, 1): half a step up keeps 0 out, as uniform_noise does.
+    return (uniform + 0.5 / float(1 << 24)).to(is_random.device)
+
+
+def sample(
+    logits: torch.Tensor, params: SamplingTensors, *, shared_generator_seed: int | None = None
+) -> torch.Tensor:
     """logits (rows, vocab) float32, already masked (-inf) where a token is forbidden.
-    Returns (rows,) int64 token ids."""
+    Returns (rows,) int64 token ids. `shared_generator_seed` (a failure preset, see
+    shared_generator_noise) replaces the per-row noise with one generator's draws."""
     greedy_tokens = torch.argmax(logits, dim=-1)
     is_greedy = params.temperature <= 0
     if bool(is_greedy.all()):
@@ -101,9 +119,12 @@ def sample(logits: torch.Tensor, params: SamplingTensors) -> torch.Tensor:
     scaled = logits / temperature
     if bool(((params.top_k > 0) | (params.top_p < 1.0)).any()):
         scaled = _filter_top_k_top_p(scaled, params.top_k, params.top_p)
-    uniform = uniform_noise(
-        params.seed_low, params.seed_high, params.output_position, logits.shape[-1]
-    )
+    if shared_generator_seed is not None:
+        uniform = shared_generator_noise(~is_greedy, logits.shape[-1], shared_generator_seed)
+    else:
+        uniform = uniform_noise(
+            params.seed_low, params.seed_high, params.output_position, logits.shape[-1]
+        )
     gumbel = -torch.log(-torch.log(uniform))
     sampled_tokens = torch.argmax(scaled + gumbel, dim=-1)
     return torch.where(is_greedy, greedy_tokens, sampled_tokens)

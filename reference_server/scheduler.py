@@ -1,9 +1,11 @@
 """The scheduler: which sequences run in the next step and how many tokens each computes.
 
 It owns the per-class waiting queues, the running list, batch membership (dynamic / static),
-admission order (interactive first, with the anti-starvation rule), preemption by recompute, and
-at admission how much of a prompt the prefix cache already holds. It counts blocks through the
-BlockManager; it never touches tensors, samples, or checks stop conditions (the engine does).
+admission order (interactive first, with the anti-starvation rule), preemption by recompute, at
+admission how much of a prompt the prefix cache already holds, and the `sampling_alignment:
+strict` failure preset (a step serves one sampling signature; they take turns). It counts
+blocks through the BlockManager; it never touches tensors, samples, or checks stop conditions
+(the engine does).
 """
 
 from __future__ import annotations
@@ -15,7 +17,9 @@ from dataclasses import dataclass, field
 
 from reference_server.block_manager import BlockManager
 from reference_server.config import ITERATION_POLICIES, BatchingConfig, ClassConfig
+from reference_server.sampling_params import SamplingSignature
 from reference_server.sequence import PRIORITY_CLASSES, ScheduledChunk, Sequence, SequenceStatus
+from reference_server.slo_budget import plan_slo_budget
 from reference_server.step_cost import StepCostModel
 
 __all__ = ["Scheduler", "SchedulerOutput"]
@@ -64,6 +68,10 @@ class Scheduler:
         # for the step just scheduled: its token budget and predicted duration (None before the
         # model is ready, and under the other policies).
         self.cost_model = StepCostModel()
+        # sampling_alignment strict: the signature the step being scheduled serves, and a turn
+        # counter that rotates it between signatures.
+        self._aligned: SamplingSignature | None = None
+        self._alignment_turn = 0
         self.slo_token_budget: int | None = None
         self.slo_predicted_ms: float | None = None
 
@@ -255,9 +263,13 @@ class Scheduler:
         # is counted when the first one comes up (None until then; all-decode steps never do).
         decodes_left: int | None = None
         num_decode_tokens = 0
+        aligned = self._aligned = self._step_signature()
         index = 0
         while index < len(running):
             seq = running[index]
+            if aligned is not None and seq.signature != aligned:
+                index += 1  # strict alignment: another signature's turn; it waits, keeps its KV
+                continue
             remaining = len(seq.prompt_token_ids) + len(seq.output_token_ids)
             remaining -= seq.num_computed_tokens
             if remaining == 1:
@@ -283,7 +295,7 @@ class Scheduler:
                     for s in running[index + 1 :]:
                         if len(s.prompt_token_ids) + len(s.output_token_ids) == (
                             s.num_computed_tokens + 1
-                        ):
+                        ) and (aligned is None or s.signature == aligned):
                             decodes_left += 1
                 num_new = min(remaining, cfg.max_prefill_chunk_tokens, budget - decodes_left)
             if num_new <= 0:
@@ -308,57 +320,29 @@ class Scheduler:
         self._update_starvation(out)
         return out
 
+    def _step_signature(self) -> SamplingSignature | None:
+        """Under `sampling_alignment: strict`, the one sampling signature this step serves: the
+        signatures of the running sequences and the queue heads take turns (None: mixed)."""
+        if self._config.sampling_alignment != "strict":
+            return None
+        candidates = list(dict.fromkeys(seq.signature for seq in self._running))
+        for name in self._admission_order():
+            queue = self._queues[name]
+            if queue and queue[0].signature not in candidates:
+                candidates.append(queue[0].signature)
+        if not candidates:
+            return None
+        self._alignment_turn += 1
+        return candidates[self._alignment_turn % len(candidates)]
+
     def _slo_budget(self) -> int:
-        """The slo policy's token budget for this step: every running decode, plus the most
-        prefill tokens the cost model predicts fit under slo_target_ms, and never fewer than
-        slo_min_prefill_tokens, so prompts keep moving whatever the target. Until the model is
-        ready the prefill gets just that floor: the first prompts teach the model their cost in
-        small steps instead of one long one. max_num_batched_tokens stays the ceiling."""
-        cfg = self._config
-        model = self.cost_model
-        ceiling = cfg.max_num_batched_tokens
-        self.slo_token_budget = ceiling
-        self.slo_predicted_ms = None
-        decode_rows = decode_context = 0
-        prefill_start: int | None = None
-        for seq in self._running:
-            num_tokens = seq.num_tokens
-            if num_tokens - seq.num_computed_tokens == 1:
-                decode_rows += 1
-                decode_context += num_tokens
-            elif prefill_start is None:
-                prefill_start = seq.num_computed_tokens
-        if prefill_start is None:
-            heads = [q[0] for name in self._admission_order() if (q := self._queues[name])]
-            if not heads:
-                # Decodes only: each gets its token; nothing else could use more budget.
-                self.slo_token_budget = max(1, decode_rows)
-                if model.ready:
-                    self.slo_predicted_ms = model.predict_ms(
-                        model.planned_features(decode_rows, decode_context, 0, 0)
-                    )
-                return self.slo_token_budget
-            # Its prefill starts after what it will find cached (more context per token).
-            cached = self._block_manager.find_cached_prefix(heads[0])
-            prefill_start = len(cached) * self._block_manager.block_size
-        room = ceiling - decode_rows
-        floor = min(cfg.slo_min_prefill_tokens, room)
-        if not model.ready:
-            self.slo_token_budget = decode_rows + floor
-            return self.slo_token_budget
-        prefill = model.max_prefill_tokens(
-            target_ms=model.step_target_ms(cfg.slo_target_ms),
-            decode_rows=decode_rows,
-            decode_context=decode_context,
-            prefill_start=prefill_start,
-            limit=room,
+        """The slo policy's token budget for this step (slo_budget.plan_slo_budget)."""
+        heads = [q[0] for name in self._admission_order() if (q := self._queues[name])]
+        plan = plan_slo_budget(
+            self._config, self.cost_model, self._running, heads, self._block_manager
         )
-        prefill = max(prefill, floor)
-        self.slo_token_budget = decode_rows + prefill
-        self.slo_predicted_ms = model.predict_ms(
-            model.planned_features(decode_rows, decode_context, prefill_start, prefill)
-        )
-        return self.slo_token_budget
+        self.slo_token_budget, self.slo_predicted_ms = plan
+        return plan[0]
 
     def _make_room(self, seq: Sequence, num_new: int, out: SchedulerOutput) -> int:
         """Free blocks for `seq` by preempting from the tail; returns the tokens it may compute
@@ -406,6 +390,8 @@ class Scheduler:
                 seq = queue[0]
                 if batch_policy and seq.batch_id != self._batch_id:
                     break
+                if self._aligned is not None and seq.signature != self._aligned:
+                    break  # strict alignment: the head waits for its signature's turn
                 cached_blocks = bm.find_cached_prefix(seq)  # [] with caching off
                 num_cached = len(cached_blocks) * block_size
                 num_new = min(

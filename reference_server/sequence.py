@@ -13,7 +13,7 @@ import enum
 from dataclasses import dataclass
 
 from reference_server.outputs import RequestOutput
-from reference_server.sampling_params import SamplingParams
+from reference_server.sampling_params import SamplingParams, SamplingSignature
 from reference_server.utf8_state import BOUNDARY
 
 __all__ = ["PRIORITY_CLASSES", "ScheduledChunk", "Sequence", "SequenceStatus", "request_output"]
@@ -56,6 +56,7 @@ class Sequence:
         "prompt_token_ids",
         "request_id",
         "sampling_params",
+        "signature",
         "sort_key",
         "status",
         "utf8_state",
@@ -70,11 +71,15 @@ class Sequence:
         priority: str,
         arrival_time: float,
         order: int = 0,
+        signature: SamplingSignature | None = None,
     ) -> None:
         self.request_id = request_id
         self.prompt_token_ids = prompt_token_ids
         self.output_token_ids: list[int] = []
         self.sampling_params = sampling_params
+        # The request's sampling signature as the client sent it (the engine passes it taken
+        # before drawing a seed): what `sampling_alignment: strict` groups steps by.
+        self.signature = sampling_params.signature() if signature is None else signature
         self.priority = priority
         self.class_rank = _CLASS_RANK[priority]
         self.arrival_time = arrival_time
@@ -182,4 +187,7 @@ def request_output(
         first_token_time=seq.first_token_time,
         num_preemptions=seq.num_preemptions,
         num_cached_tokens=seq.num_cached_tokens,
+        num_reasoning_tokens=min(
+            len(seq.output_token_ids), seq.sampling_params.num_thinking_tokens
+        ),
     )

@@ -119,6 +119,7 @@ def build_state(
         max_tokens_cap=engine_config.max_tokens_cap,
         vocab_size=tokenizer.vocab_size,
         default_max_tokens=config.default_max_tokens,
+        default_thinking_tokens=config.default_thinking_tokens,
         max_stop_sequences=config.max_stop_sequences,
         max_stop_sequence_chars=config.max_stop_sequence_chars,
         max_messages=config.max_messages,

@@ -24,7 +24,7 @@ from reference_server.api.server_config import (
     ServerConfig,
     ServerConfigError,
 )
-from reference_server.config import DEVICES, POLICIES, EngineConfig
+from reference_server.config import DEVICES, POLICIES, SAMPLING_ALIGNMENTS, EngineConfig
 from reference_server.errors import ConfigError
 
 __all__ = ["ENGINE_FIELD_HELP", "Flag", "build_parser", "engine_flags", "main", "parse_configs"]
@@ -73,6 +73,13 @@ ENGINE_FIELD_HELP: dict[str, str] = {
     "again (vLLM's design and default)",
     "batching.batch_api_priority": "priority class of Batch API job lines: batch (default) or "
     "interactive (jobs on the chat path, a deliberately bad setting)",
+    "batching.sampling_alignment": "mixed (default): one step serves rows with any sampling "
+    "parameters; strict: a step serves only rows of one sampling signature, in turn (a "
+    "deliberately bad setting: the fall-back to one parameter set at a time)",
+    "batching.shared_sampler_seed": "seeded rows of a step draw from one generator shared by "
+    "the batch, so seeded answers depend on their batch company (a deliberately bad setting)",
+    "batch_invariant": "batch-invariant forward: each row's logits independent of the rest of "
+    "the step (fixed-shape kernels; docs/engine.md for the measured cost)",
 }
 for _cls in ("interactive", "batch"):
     ENGINE_FIELD_HELP.update(
@@ -90,6 +97,7 @@ for _cls in ("interactive", "batch"):
 _CHOICES = {
     ("engine", "batching.policy"): POLICIES,
     ("engine", "batching.batch_api_priority"): ("batch", "interactive"),
+    ("engine", "batching.sampling_alignment"): SAMPLING_ALIGNMENTS,
     ("engine", "device"): DEVICES,
     ("server", "log_level"): LOG_LEVELS,
     ("server", "engine_core"): ENGINE_CORE_PLACEMENTS,

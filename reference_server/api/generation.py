@@ -13,17 +13,16 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import time
-import uuid
 from collections.abc import AsyncIterator, Awaitable, Callable
 from typing import Any, TypeVar
 
-import orjson
 from starlette.types import Receive
 
 from reference_server.api.errors import APIError, from_engine_error
 from reference_server.api.fairness import Ticket, over_share_error
 from reference_server.api.metrics import ServerMetrics
 from reference_server.api.protocol import GenerationRequest
+from reference_server.api.response_shapes import ResponseShapes, finish_reason
 from reference_server.api.sse import SSE_DONE, EventStreamResponse, sse_event, wait_for_disconnect
 from reference_server.errors import EngineError
 
@@ -32,8 +31,6 @@ __all__ = [
 ]  # fmt: skip
 
 T = TypeVar("T")
-# Engine reasons OpenAI clients do not know map onto the nearest OpenAI one.
-_FINISH_REASON_MAP = {"max_model_len": "length"}
 
 
 class ClientGone(Exception):
@@ -119,139 +116,6 @@ class RequestTimer:
         )
 
 
-def _usage(output: Any) -> dict[str, Any]:
-    return _usage_of(output.num_prompt_tokens, output.num_output_tokens, output.num_cached_tokens)
-
-
-def _usage_of(prompt_tokens: int, completion_tokens: int, cached_tokens: int) -> dict[str, Any]:
-    # prompt_tokens_details is always there (0 when nothing was cached or caching is off), so a
-    # client reads one shape whatever the server's settings (docs/server.md).
-    return {
-        "prompt_tokens": prompt_tokens,
-        "completion_tokens": completion_tokens,
-        "total_tokens": prompt_tokens + completion_tokens,
-        "prompt_tokens_details": {"cached_tokens": cached_tokens},
-    }
-
-
-def _finish_reason(output: Any) -> str | None:
-    reason = output.finish_reason
-    return _FINISH_REASON_MAP.get(reason, reason)
-
-
-class ResponseShapes:
-    """Response bodies and chunks of one endpoint ("chat" or "completions")."""
-
-    def __init__(self, request: GenerationRequest, model: str) -> None:
-        self.chat = request.endpoint == "chat"
-        prefix = "chatcmpl" if self.chat else "cmpl"
-        self.request_id = f"{prefix}-{uuid.uuid4().hex}"
-        self.created = int(time.time())
-        self.model = model
-        self.include_usage = request.include_usage
-        self.continuous_usage = request.include_usage and request.continuous_usage
-        self._num_prompt_tokens = len(request.prompt_token_ids)
-        self._chunk_object = "chat.completion.chunk" if self.chat else "text_completion"
-        self._content_frame: tuple[bytes, bytes] | None = None
-
-    def chunk(self, choice: dict[str, Any], usage: dict[str, Any] | None = None) -> bytes:
-        body: dict[str, Any] = {
-            "id": self.request_id,
-            "object": self._chunk_object,
-            "created": self.created,
-            "model": self.model,
-            "choices": [choice],
-        }
-        if self.include_usage:
-            body["usage"] = usage
-        return sse_event(body)
-
-    def _running_usage(self, output: Any, *, started: bool = True) -> dict[str, Any] | None:
-        """The cumulative usage a chunk carries: only with continuous usage stats. `started`
-        False: before any output token (the role chunk), whatever `output` holds."""
-        if not self.continuous_usage:
-            return None
-        if output is None:
-            return _usage_of(self._num_prompt_tokens, 0, 0)
-        if not started:
-            return _usage_of(output.num_prompt_tokens, 0, output.num_cached_tokens)
-        return _usage(output)
-
-    def content_chunk(self, text: str, output: Any = None) -> bytes:
-        if self.continuous_usage:
-            if self.chat:
-                choice = {"index": 0, "delta": {"content": text}, "finish_reason": None,
-                          "logprobs": None}  # fmt: skip
-            else:
-                choice = {"index": 0, "text": text, "finish_reason": None, "logprobs": None}
-            return self.chunk(choice, self._running_usage(output))
-        # The hot path (one call per token per stream): a pre-rendered frame around the text,
-        # byte-identical to chunk() of the same choice.
-        if self._content_frame is None:
-            marker = "\x00"
-            if self.chat:
-                choice = {"index": 0, "delta": {"content": marker}, "finish_reason": None,
-                          "logprobs": None}  # fmt: skip
-            else:
-                choice = {"index": 0, "text": marker, "finish_reason": None, "logprobs": None}
-            before, after = self.chunk(choice).split(orjson.dumps(marker))
-            self._content_frame = (before, after)
-        before, after = self._content_frame
-        return before + orjson.dumps(text) + after
-
-    def role_chunk(self, output: Any = None) -> bytes:
-        """`output`: the request's first output, whose cached-token count the chunk's running
-        usage (if any) already carries."""
-        delta = {"role": "assistant", "content": ""}
-        choice = {"index": 0, "delta": delta, "finish_reason": None, "logprobs": None}
-        return self.chunk(choice, self._running_usage(output, started=False))
-
-    def finish_chunk(self, reason: str | None, output: Any = None) -> bytes:
-        if self.chat:
-            choice = {"index": 0, "delta": {}, "finish_reason": reason, "logprobs": None}
-        else:
-            choice = {"index": 0, "text": "", "finish_reason": reason, "logprobs": None}
-        return self.chunk(choice, self._running_usage(output) if output is not None else None)
-
-    def usage_chunk(self, output: Any) -> bytes:
-        return sse_event(
-            {
-                "id": self.request_id,
-                "object": self._chunk_object,
-                "created": self.created,
-                "model": self.model,
-                "choices": [],
-                "usage": _usage(output),
-            }
-        )
-
-    def body(self, text: str, output: Any) -> dict[str, Any]:
-        if self.chat:
-            choice: dict[str, Any] = {
-                "index": 0,
-                "message": {"role": "assistant", "content": text},
-                "finish_reason": _finish_reason(output),
-                "logprobs": None,
-            }
-            kind = "chat.completion"
-        else:
-            choice = {
-                "index": 0,
-                "text": text,
-                "finish_reason": _finish_reason(output),
-                "logprobs": None,
-            }
-            kind = "text_completion"
-        return {
-            "id": self.request_id,
-            "object": kind,
-            "created": self.created,
-            "model": self.model,
-            "choices": [choice],
-            "usage": _usage(output),
-        }
-
-
 async def run_generation(
     *,
     engine: Any,
@@ -320,11 +184,13 @@ async def _collect(
     shapes: ResponseShapes, stream: AsyncIterator[Any], output: Any, timer: RequestTimer
 ) -> dict[str, Any]:
     pieces = [output.new_text]
+    reasoning = [output.new_reasoning_text]
     try:
         while not output.finished:
             output = await stream.__anext__()
             timer.on_output(output)
             pieces.append(output.new_text)
+            reasoning.append(output.new_reasoning_text)
     except EngineError as exc:
         raise from_engine_error(exc) from None
     except StopAsyncIteration:
@@ -336,7 +202,7 @@ async def _collect(
             type="service_unavailable",
             code="aborted",
         )
-    return shapes.body("".join(pieces), output)
+    return shapes.body("".join(pieces), output, "".join(reasoning))
 
 
 class _TokenSink:
@@ -362,10 +228,13 @@ class _TokenSink:
         response = self.response
         if output.finished or response is None:
             return False
-        text = output.new_text
         # An output without text (a partial UTF-8 character) sends nothing, but it is taken only
         # where a chunk could go, so the timer sees outputs in their order.
-        chunk = self._shapes.content_chunk(text, output) if text else b""
+        if output.new_reasoning_text:
+            chunk = self._shapes.text_chunks(output)
+        else:
+            text = output.new_text
+            chunk = self._shapes.content_chunk(text, output) if text else b""
         if not response.write_now(chunk):
             return False
         self._timer.on_output(output)
@@ -383,12 +252,12 @@ async def _events(
     try:
         # Chat's role chunk leaves in the same write as the first text when that is ready.
         pending = shapes.role_chunk(output) if shapes.chat else b""
-        if pending and not output.new_text:
+        if pending and not (output.new_text or output.new_reasoning_text):
             yield pending
             pending = b""
         while True:
-            if output.new_text:
-                yield pending + shapes.content_chunk(output.new_text, output)
+            if output.new_text or output.new_reasoning_text:
+                yield pending + shapes.text_chunks(output)
                 pending = b""
             if output.finished:
                 break
@@ -400,7 +269,7 @@ async def _events(
                 break
             timer.on_output(output)
         # The tail leaves in one write: finish chunk, usage chunk, [DONE].
-        tail = shapes.finish_chunk(_finish_reason(output), output)
+        tail = shapes.finish_chunk(finish_reason(output), output)
         if shapes.include_usage:
             tail += shapes.usage_chunk(output)
         yield tail + SSE_DONE

@@ -75,6 +75,28 @@ _FIELD_SCHEMAS: dict[str, dict[str, Any]] = {
         "properties": {name: {"type": "boolean"} for name in STREAM_OPTION_FIELDS},
     },
     "ignore_eos": {"type": "boolean"},
+    "presence_penalty": {"type": "number", "minimum": -2, "maximum": 2},
+    "frequency_penalty": {"type": "number", "minimum": -2, "maximum": 2},
+    "repetition_penalty": {"type": "number", "exclusiveMinimum": 0, "maximum": 2},
+    "logit_bias": {
+        "type": "object",
+        "additionalProperties": {"type": "number", "minimum": -100, "maximum": 100},
+        "description": "token id (as a string) -> bias added to its logit",
+    },
+    "chat_template_kwargs": {
+        "type": "object",
+        "properties": {"enable_thinking": {"type": "boolean"}},
+        "description": "enable_thinking: true turns thinking mode on (Qwen3's switch)",
+    },
+    "reasoning_effort": {
+        "enum": ["low", "medium", "high"],
+        "description": "turns thinking mode on; scales the default thinking length x0.5/x1/x2",
+    },
+    "thinking_tokens": {
+        "type": "integer",
+        "minimum": 0,
+        "description": "batchgate extension: exact reasoning length in tokens (thinking mode)",
+    },
     "priority": {
         "anyOf": [{"enum": list(PRIORITIES)}, _INT],
         "description": "a class name, or vLLM's integer: <= 0 is interactive, > 0 is batch",

@@ -16,6 +16,13 @@ from typing import Any
 from reference_server.api.errors import APIError
 from reference_server.api.fields import BodyReader, UnknownFields, is_token_id, type_name
 from reference_server.api.messages import read_messages
+from reference_server.api.sampling_fields import (
+    read_logit_bias,
+    read_repetition_penalty,
+    read_thinking_tokens,
+    read_top_k,
+    read_top_p,
+)
 from reference_server.sampling_params import SamplingParams
 from reference_server.tokenizer import ByteTokenizer
 
@@ -36,7 +43,6 @@ __all__ = [
 
 PRIORITIES = ("interactive", "batch")
 MAX_SEED = 2**63 - 1
-MAX_TOP_K = 2**31 - 1
 # Fewer than the 256 byte tokens, so min_tokens can never mask every token of a row.
 MAX_STOP_TOKEN_IDS = 64
 
@@ -50,7 +56,9 @@ _COMMON_FIELDS = (
 CHAT_FIELDS = (
     *_COMMON_FIELDS, "messages", "logprobs", "top_logprobs", "tools", "tool_choice",
     "parallel_tool_calls", "functions", "function_call", "response_format",
+    "chat_template_kwargs", "reasoning_effort", "thinking_tokens",
 )  # fmt: skip
+
 COMPLETION_FIELDS = (*_COMMON_FIELDS, "prompt", "logprobs", "echo", "suffix", "best_of")
 EMBEDDING_FIELDS = ("model", "input", "encoding_format", "dimensions", "user")
 STREAM_OPTION_FIELDS = ("include_usage", "continuous_usage_stats")
@@ -69,6 +77,7 @@ class RequestLimits:
     max_messages: int
     request_timeout_seconds: float
     embedding_max_inputs_per_request: int
+    default_thinking_tokens: int = 32
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -117,9 +126,12 @@ def parse_chat_request(
         raise APIError.invalid(
             "response_format.type", "only 'text' is supported", code="unsupported_parameter"
         )
+    thinking_tokens = read_thinking_tokens(reader, limits.default_thinking_tokens)
     messages = read_messages(reader, limits.max_messages, unknown)
     prompt = tokenizer.apply_chat_template(messages)
-    return _finish(reader, unknown, "chat", prompt, "messages", limits, header_priority)
+    return _finish(
+        reader, unknown, "chat", prompt, "messages", limits, header_priority, thinking_tokens
+    )
 
 
 def parse_completion_request(
@@ -192,11 +204,7 @@ def parse_embedding_request(
 
 def _refuse_unsupported_common(reader: BodyReader) -> None:
     reader.integer("n", low=1, high=1)  # more than one choice is not implemented
-    reader.unsupported("presence_penalty", allowed=(0,), why="penalties are not supported")
-    reader.unsupported("frequency_penalty", allowed=(0,), why="penalties are not supported")
-    reader.unsupported("repetition_penalty", allowed=(1,), why="penalties are not supported")
     reader.unsupported("min_p", allowed=(0,), why="min_p is not supported")
-    reader.unsupported("logit_bias", allowed=({},), why="logit_bias is not supported")
     reader.unsupported(
         "include_stop_str_in_output", allowed=(False,), why="stop strings are never echoed"
     )
@@ -213,6 +221,7 @@ def _finish(
     prompt_field: str,
     limits: RequestLimits,
     header_priority: str | None,
+    thinking_tokens: int | None = None,
 ) -> GenerationRequest:
     model = reader.string("model")
     stream = reader.boolean("stream")
@@ -262,14 +271,20 @@ def _finish(
     params = SamplingParams(
         max_tokens=max_tokens,
         temperature=reader.number("temperature", low=0.0, high=2.0, default=1.0),
-        top_p=_top_p(reader),
-        top_k=_top_k(reader),
+        top_p=read_top_p(reader),
+        top_k=read_top_k(reader),
         seed=reader.integer("seed", low=0, high=MAX_SEED),
         stop=_read_stop(reader, limits),
         stop_token_ids=_read_stop_token_ids(reader, limits),
         ignore_eos=ignore_eos,
         min_tokens=min_tokens,
         deadline_seconds=limits.request_timeout_seconds,
+        presence_penalty=reader.number("presence_penalty", low=-2.0, high=2.0, default=0.0),
+        frequency_penalty=reader.number("frequency_penalty", low=-2.0, high=2.0, default=0.0),
+        repetition_penalty=read_repetition_penalty(reader),
+        logit_bias=read_logit_bias(reader, limits.vocab_size),
+        thinking=thinking_tokens is not None,
+        thinking_tokens=thinking_tokens or 0,
     )
     params.validate()
     return GenerationRequest(
@@ -295,18 +310,6 @@ def _requested_max_tokens(reader: BodyReader) -> tuple[int | None, str]:
     if max_completion_tokens is not None:
         return max_completion_tokens, "max_completion_tokens"
     return max_tokens, "max_tokens"
-
-
-def _top_p(reader: BodyReader) -> float:
-    value = reader.number("top_p", low=0.0, high=1.0, default=1.0)
-    if value <= 0.0:
-        raise APIError.invalid("top_p", "must be > 0 and <= 1")
-    return value
-
-
-def _top_k(reader: BodyReader) -> int:
-    value = reader.integer("top_k", low=-1, high=MAX_TOP_K, default=0)
-    return 0 if value == -1 else value  # -1 means "off" in vLLM's dialect; 0 in ours
 
 
 def _priority(reader: BodyReader, header_priority: str | None) -> str:
