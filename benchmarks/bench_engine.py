@@ -1,7 +1,8 @@
 """The issue-2 engine benchmark: one seeded mixed-lengths workload (70% short outputs, 30% long)
 driven offline through Engine.add_request / Engine.step() under the continuous, dynamic and
 static policies side by side, plus (when transformers is installed) the same model through
-transformers' continuous batching and padded generate. Prints a table, writes JSON.
+transformers' continuous batching and padded generate, and behind `transformers serve
+--continuous-batching` over loopback HTTP (both phases). Prints a table, writes JSON.
 
     .venv/bin/python benchmarks/bench_engine.py [--requests 192] [--arrival-rate 10] [--no-hf]
 
@@ -36,6 +37,7 @@ from reference_server.model_runner import auto_num_threads
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from hf_peer import HFRequest, build_hf_model, run_hf_continuous, run_hf_padded
+from serve_peer import serve_rows
 
 RESULTS = Path(__file__).resolve().parent / "results" / "engine.json"
 
@@ -358,7 +360,10 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     p.add_argument("--max-wait-ms", type=float, default=50.0, help="dynamic policy window")
     p.add_argument("--threads", type=int, default=None, help="torch threads (default: auto)")
     p.add_argument("--policies", default="continuous,dynamic,static")
-    p.add_argument("--no-hf", action="store_true", help="skip the transformers peer")
+    p.add_argument("--no-hf", action="store_true", help="skip the transformers peers")
+    p.add_argument(
+        "--no-serve", action="store_true", help="skip the `transformers serve` peer (HTTP)"
+    )
     p.add_argument("--out", type=Path, default=RESULTS)
     args = p.parse_args(argv)
     if args.requests < 1 or not 0 <= args.long_fraction <= 1 or args.arrival_rate < 0:
@@ -400,6 +405,12 @@ def main(argv: list[str] | None = None) -> int:
                 row["name"] = f"{phase} {row['name']}"
                 rows[row["name"]] = row
                 print(f"  {row['name']}: {row.get('wall_seconds', 'error')} s", flush=True)
+    if not args.no_hf and not args.no_serve:
+        num_blocks = next(iter(rows.values()))["kv_blocks_total"]
+        for phase, row in serve_rows(args.model, args.seed, phases, num_blocks).items():
+            row["name"] = f"{phase} transformers serve (HTTP)"
+            rows[row["name"]] = row
+            print(f"  {row['name']}: {row.get('wall_seconds', 'error')} s", flush=True)
     load_after = os.getloadavg()
     print()
     print_table(list(rows.values()))
