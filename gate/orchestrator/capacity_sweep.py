@@ -51,7 +51,7 @@ STOP_REASONS = (
 @dataclasses.dataclass(frozen=True, kw_only=True)
 class StepClient:
     client_valid: bool  # load.json's measurement_valid
-    client_cpu_ratio: float | None
+    client_cpu_ratio: float | None  # the step's highest sample, of one core
     client_reasons: tuple[str, ...]
 
 
@@ -70,7 +70,7 @@ class StepFigures:
     rate_limited: int  # HTTP 429
     records: int
     client_valid: bool
-    client_cpu_ratio: float | None
+    client_cpu_ratio: float | None  # the step's highest sample, of one core
     client_reasons: tuple[str, ...]
 
     def to_json(self) -> dict[str, Any]:
@@ -84,7 +84,7 @@ def step_figures(run: RunData, *, users: int, seconds: float, phase: str) -> Ste
     the step (every user starts at once, so the first answers come in a wave)."""
     profile = run.profiles[PROFILE]
     load = profile.load or {}
-    ratio = load.get("client_cpu_ratio")
+    ratio = (load.get("client_cpu_ratio") or {}).get("max")  # load.json: {"mean", "max"}
     client = StepClient(
         client_valid=bool(load.get("measurement_valid")),
         client_cpu_ratio=float(ratio) if isinstance(ratio, (int, float)) else None,

@@ -143,3 +143,25 @@ def test_stated_limit_reads_each_source_and_keeps_the_lowest():
     assert vllm["users"] == 512 and "config_info" in vllm["source"]
     kv = stated_limit(_Target(), {"tokens": 5200}, 52.0)  # type: ignore[arg-type]
     assert kv["users"] == 100 and kv["source"].startswith("KV capacity")
+
+
+def test_step_figures_read_a_phase_directory(tmp_path):
+    from rundir_builder import request_records, write_profile
+
+    from gate.orchestrator.capacity_sweep import PROFILE, step_figures
+    from gate.rundir.run import load_run
+
+    # 100 answers of 8 chunks, one every 10 ms, then two 429s: the throughput after the first
+    # quarter, the E2E median, the failures, and the client's validity and CPU from load.json.
+    records = request_records(100, itl_seconds=0.02, chunks=8)
+    records += request_records(
+        2, start=records[-1]["planned_at"] + 0.01, status="http_error", http_status=429
+    )
+    write_profile(tmp_path, PROFILE, records, measurement_valid=False)
+    step = step_figures(load_run(tmp_path), users=4, seconds=1.0, phase="capacity-4")
+    assert step.completed == 100 and step.failed == 2 and step.rate_limited == 2
+    assert step.rps == pytest.approx(100.0, rel=0.05)  # one answer every 10 ms
+    assert step.output_tokens_per_second == pytest.approx(8 * step.rps, rel=0.01)
+    assert step.e2e_p50 == pytest.approx(0.1005 + 7 * 0.02, abs=1e-3)
+    assert step.client_valid is False and step.client_reasons
+    assert step.client_cpu_ratio == 0.2  # load.json's client_cpu_ratio.max
