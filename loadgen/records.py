@@ -17,7 +17,8 @@ from typing import IO, Any
 
 import orjson
 
-from loadgen.parquet import parquet_path, write_parquet
+from batchgate_records.schema import parquet_path
+from loadgen.parquet import write_parquet
 
 __all__ = [
     "BATCH_JOB_STATUSES",

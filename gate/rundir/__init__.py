@@ -1,7 +1,9 @@
 """Stage 1 of the gate: a run directory becomes columns (docs/records.md).
 
-`record_schema` names the request record's fields and requests.parquet's schema and stamp,
-`jsonl_records` parses requests.jsonl into Arrow tables, `request_parquet` decides whether a
+The request record's fields and requests.parquet's schema and stamp are
+`batchgate_records.schema` (shared with the load generator, which writes them);
+`jsonl_records` parses requests.jsonl into Arrow tables, `jsonl_scan` proves DuckDB's read of it
+(`batchgate_records.scan`) where it can stand for that, `request_parquet` decides whether a
 requests.parquet may stand for the JSONL, reads it a slice at a time and writes one, `requests`
 turns either into numpy columns (`read_requests`), `gaps` turns chunk times into per-token gaps,
 `arrow_views` and `ahead` are the readers' numpy views of Arrow buffers and their read-ahead

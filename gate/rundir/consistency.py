@@ -4,34 +4,22 @@ Owns the cross-checks a saved run allows, each made whenever its inputs are ther
 against `counts_by_status` (their number and each status's), against `sent_requests` (records
 with a send time), against `planned_requests` (no more records than planned), and the Parquet
 stamp's word that the JSONL was cut or rewritten after the Parquet file was made
-(`ProfileData.damage`). And the keys a load.json must hold for its profile to be judged at
+(`ProfileData.damage`, from `gate.rundir.parquet_stamp`). And the keys a load.json must hold for its profile to be judged at
 all. A finding is a sentence for a verdict's reason; judging with it is `gate.verdicts.context`'s.
-It reads no file but a Parquet file's stamp (`cut_since_stamp`, before the reader replaces it).
+It does not read files.
 """
 
 from __future__ import annotations
 
-import hashlib
-from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
-
-from gate.rundir.record_schema import (
-    META_JSONL_BYTES,
-    META_JSONL_TAIL_SHA256,
-    META_SCHEMA,
-    SCHEMA_NAME,
-    TAIL_BYTES,
-    jsonl_tail,
-)
 
 if TYPE_CHECKING:
     from gate.rundir.run import ProfileData, RunData
 
 __all__ = [
     "REQUIRED_LOAD_KEYS",
-    "cut_since_stamp",
     "load_problem",
     "record_mismatch",
     "run_damage",
@@ -123,41 +111,3 @@ def run_mismatches(run: RunData) -> list[str]:
         if mismatch is not None:
             found.append(f"{name}: {mismatch}")
     return found
-
-
-def cut_since_stamp(jsonl: Path) -> str | None:
-    """What the stamp of the requests.parquet beside `jsonl` says about the JSONL now. A writer
-    only appends: a JSONL shorter than the bytes the Parquet file was made from, or as long but
-    with other last bytes, lost or changed records after it was made. None: no such Parquet
-    file, one without a stamp, or a JSONL that only grew."""
-    import pyarrow as pa
-    import pyarrow.parquet as pq
-
-    parquet = jsonl.with_name(parquet_name(jsonl))
-    if not parquet.exists() or not jsonl.exists():
-        return None
-    try:
-        metadata = pq.read_metadata(parquet)
-        meta, rows = metadata.metadata or {}, metadata.num_rows
-        if meta.get(META_SCHEMA) != SCHEMA_NAME.encode():
-            return None
-        stamped = int(meta.get(META_JSONL_BYTES, b""))
-        size, tail = jsonl_tail(jsonl)
-    except (pa.ArrowException, ValueError, OSError):
-        return None  # an unreadable Parquet file is read around, with its own note
-    if size < stamped:
-        return (
-            f"{jsonl.name} is {size} bytes, shorter than the {stamped} bytes "
-            f"{parquet_name(jsonl)} ({rows} records) was made from: records were cut"
-        )
-    digest = hashlib.sha256(tail[-TAIL_BYTES:]).hexdigest().encode()
-    if size == stamped and meta.get(META_JSONL_TAIL_SHA256) != digest:
-        return (
-            f"{jsonl.name} was rewritten after {parquet_name(jsonl)} ({rows} records) was made "
-            "from it: its last bytes differ"
-        )
-    return None
-
-
-def parquet_name(jsonl: Path) -> str:
-    return f"{jsonl.stem}.parquet"

@@ -20,22 +20,23 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 import orjson
 
-from gate.rundir.ahead import map_ahead
-from gate.rundir.record_schema import (
+from batchgate_records.schema import (
     CATEGORICAL_FIELDS,
     FLOAT_FIELDS,
     NULLABLE_FIELDS,
     OPTIONAL_DEFAULTS,
     REQUIRED_FIELDS,
     TAIL_BYTES,
-    RecordsError,
     requests_schema,
+    with_defaults,
 )
+from gate.errors import BatchgateError, ExitCode
+from gate.rundir.ahead import map_ahead
 
 if TYPE_CHECKING:
     import pyarrow as pa
 
-__all__ = ["NOT_NULL_FIELDS", "JsonlRecords", "record_problem", "with_defaults"]
+__all__ = ["NOT_NULL_FIELDS", "JsonlRecords", "RecordsError", "record_problem"]
 
 _BLOCK_BYTES = 32 * 1024 * 1024
 # pyarrow's JSON reader takes a block this size at a time.
@@ -48,6 +49,12 @@ _SCAN_BYTES = 256 * 1024
 NOT_NULL_FIELDS = tuple(f for f in REQUIRED_FIELDS if f not in NULLABLE_FIELDS)
 _REQUIRED_KEYS = frozenset(REQUIRED_FIELDS)
 _STRING_FIELDS = tuple(f for f in CATEGORICAL_FIELDS if f not in OPTIONAL_DEFAULTS)
+
+
+class RecordsError(BatchgateError, ValueError):
+    """An unreadable request record or records file; the message names the file (and line)."""
+
+    default_exit_code = ExitCode.NO_DATA
 
 
 class JsonlRecords:
@@ -292,16 +299,3 @@ def _lines_past_blanks(data: bytes, end: int, rows: list[int]) -> list[bytes] | 
         row += 1
         pos = stop + 1
     return out if target is None else None
-
-
-def with_defaults(table: pa.Table) -> pa.Table:
-    """`table` with the value an older record meant where an optional field is null."""
-    import pyarrow.compute as pc
-
-    for name, default in OPTIONAL_DEFAULTS.items():
-        column = table.column(name)
-        if column.null_count:
-            index = table.schema.get_field_index(name)
-            # coalesce, not fill_null: that one imports pandas (0.2 s)
-            table = table.set_column(index, name, pc.coalesce(column, default))
-    return table

@@ -15,7 +15,7 @@ import os
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from gate.rundir.record_schema import META_SCHEMA, META_SCHEMA_VERSION, stamp_matches
+from batchgate_records.schema import META_SCHEMA, META_SCHEMA_VERSION, stamp_matches
 
 if TYPE_CHECKING:
     import pyarrow as pa
@@ -58,7 +58,7 @@ def unreadable_note(parquet: Path, jsonl: Path, exc: BaseException) -> str:
 
 
 def write_copy(jsonl: Path, table: pa.Table, stamp: dict[bytes, bytes]) -> None:
-    """Write `table` with `stamp` (record_schema.jsonl_stamp) as the copy of `jsonl`."""
+    """Write `table` with `stamp` (batchgate_records.schema.jsonl_stamp) as the copy of `jsonl`."""
     import pyarrow as pa
     import pyarrow.parquet as pq
 

@@ -20,8 +20,7 @@ from concurrent.futures import Future, ThreadPoolExecutor
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from gate.rundir.ahead import read_ahead
-from gate.rundir.record_schema import (
+from batchgate_records.schema import (
     CATEGORICAL_FIELDS,
     FLOAT_FIELDS,
     META_PARTIAL_LAST_LINE,
@@ -34,6 +33,7 @@ from gate.rundir.record_schema import (
     stamp_matches,
     write_options,
 )
+from gate.rundir.ahead import read_ahead
 
 if TYPE_CHECKING:
     import pyarrow as pa

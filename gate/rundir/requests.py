@@ -19,18 +19,17 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from gate.rundir import jsonl_scan
-from gate.rundir.arrow_views import float_values, list_offsets, list_values, primitive_values
-from gate.rundir.gaps import itl_gaps
-from gate.rundir.jsonl_records import JsonlRecords
-from gate.rundir.record_schema import (
+from batchgate_records.schema import (
     CATEGORICAL_FIELDS,
     FLOAT_FIELDS,
     OPTIONAL_FLOAT_FIELDS,
-    RecordsError,
     jsonl_stamp,
     parquet_path,
 )
+from gate.rundir import jsonl_scan
+from gate.rundir.arrow_views import float_values, list_offsets, list_values, primitive_values
+from gate.rundir.gaps import itl_gaps
+from gate.rundir.jsonl_records import JsonlRecords, RecordsError
 from gate.rundir.request_parquet import ParquetSink, TrustedParquet, open_trusted
 
 if TYPE_CHECKING:
@@ -81,7 +80,7 @@ class RequestColumns:
     itl_seconds: np.ndarray  # per-token gaps, request after request
     itl_counts: np.ndarray  # number of entries of itl_seconds per request (int64)
     partial_last_line: bool = False
-    # Reasoning timing and consistency probes (record_schema.OPTIONAL_FLOAT_FIELDS): NaN where a
+    # Reasoning timing and consistency probes (schema.OPTIONAL_FLOAT_FIELDS): NaN where a
     # record does not say; `probe` is the probe's index in the probe set, NaN for other requests.
     first_reasoning_at: np.ndarray | None = None
     first_content_at: np.ndarray | None = None

@@ -22,15 +22,15 @@ from typing import Any
 
 import orjson
 
+from batchgate_records.schema import parquet_path
 from gate.rundir.abort import (
     SNAPSHOT_FILES,
     AbortRecord,
     AbortRecordError,
     read_abort,
 )
-from gate.rundir.consistency import cut_since_stamp
 from gate.rundir.observer_records import RunDirError, read_jsonl
-from gate.rundir.record_schema import parquet_path
+from gate.rundir.parquet_stamp import cut_since_stamp
 from gate.rundir.requests import RecordsError, RequestColumns, read_requests
 from gate.rundir.sample_records import SampleRecords, read_samples
 from gate.rundir.shapes import CALIBRATION, LOAD, MANIFEST, SCRAPE, Shape, problem

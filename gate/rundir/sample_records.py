@@ -19,10 +19,10 @@ from typing import TYPE_CHECKING, Any, overload
 
 import numpy as np
 
+from batchgate_records.schema import TAIL_BYTES, jsonl_stamp
 from gate.rundir.arrow_views import float_values
 from gate.rundir.observer_records import read_jsonl
 from gate.rundir.parquet_copy import read_copy, write_copy
-from gate.rundir.record_schema import TAIL_BYTES, jsonl_stamp
 
 if TYPE_CHECKING:
     import pyarrow as pa

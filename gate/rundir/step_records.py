@@ -20,10 +20,10 @@ from typing import Any
 
 import numpy as np
 
+from batchgate_records.schema import jsonl_stamp, jsonl_tail
 from gate.rundir.arrow_views import float64_array, float_values
 from gate.rundir.observer_records import RunDirError, read_jsonl
 from gate.rundir.parquet_copy import copy_path, read_copy, unreadable_note, write_copy
-from gate.rundir.record_schema import jsonl_stamp, jsonl_tail
 
 __all__ = ["STEPS_SCHEMA_NAME", "STEP_FIELDS", "StepColumns", "read_steps", "steps_parquet_path"]
 

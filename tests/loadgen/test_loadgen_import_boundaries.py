@@ -1,4 +1,6 @@
-"""Loadgen's pure modules never import locust or gevent (they monkey-patch the stdlib).
+"""Loadgen's pure modules never import locust or gevent (they monkey-patch the stdlib), and no
+loadgen module imports the gate or the reference server: the record format it shares with the
+gate comes from `batchgate_records`, the package below both.
 
 Every module of loadgen/ is listed either as pure or as a load-process module (the
 `loadgen.locust` modules, the worker, the locustfile and the session, which import gevent or
@@ -22,7 +24,6 @@ PURE = [
     "loadgen.dataset",
     "loadgen.records",
     "loadgen.parquet",
-    "loadgen.jsonl_scan",
     "loadgen.percentile",
     "loadgen.load_json",
     "loadgen.batch_job",
@@ -56,6 +57,7 @@ PURE = [
 # __main__ runs the CLI.
 LOAD_PROCESS = [
     "loadgen.__main__",
+    "loadgen.deadline",
     "loadgen.locust.collector",
     "loadgen.locust.heartbeat",
     "loadgen.locust.install",
@@ -86,6 +88,22 @@ def test_pure_modules_do_not_import_locust_or_gevent() -> None:
         "    importlib.import_module(name)\n"
         "bad = sorted(m for m in sys.modules if m.split('.')[0] in ('locust', 'gevent'))\n"
         "assert not bad, bad\n"
+    )
+    result = subprocess.run(
+        [sys.executable, "-c", code], cwd=REPO, capture_output=True, text=True, timeout=60
+    )
+    assert result.returncode == 0, result.stderr
+
+
+def test_loadgen_meets_the_gate_only_in_the_shared_records_package() -> None:
+    code = (
+        "import importlib, sys\n"
+        f"for name in {PURE!r}:\n"
+        "    importlib.import_module(name)\n"
+        "import loadgen.parquet\n"
+        "bad = sorted(m for m in sys.modules if m.split('.')[0] in ('gate', 'reference_server'))\n"
+        "assert not bad, bad\n"
+        "assert 'batchgate_records.schema' in sys.modules\n"
     )
     result = subprocess.run(
         [sys.executable, "-c", code], cwd=REPO, capture_output=True, text=True, timeout=60

@@ -1,21 +1,23 @@
-"""The close-time writer's DuckDB read (loadgen.jsonl_scan): the same requests.parquet as
-pyarrow's reader writes, and pyarrow's reader wherever the scan cannot stand (DuckDB missing or
-failing, a blank line, a path DuckDB would glob), even after the scan has written tables."""
+"""The close-time writer's DuckDB read (batchgate_records.scan, through loadgen.parquet): the same
+requests.parquet as pyarrow's reader writes, and pyarrow's reader wherever the scan cannot stand
+(DuckDB missing or failing, a blank line, a path DuckDB would glob), even after the scan has
+written tables."""
 
 from __future__ import annotations
 
 import sys
 from pathlib import Path
 
-import numpy as np
 import orjson
 import pyarrow.parquet as pq
 import pytest
 from test_parquet_writer import _record
 
-from loadgen import jsonl_scan, parquet
-from loadgen.jsonl_scan import ScanFailed, scan_tables
-from loadgen.parquet import parquet_path, requests_schema, validate_parquet, write_parquet
+from batchgate_records import scan
+from batchgate_records.scan import LineScan, ScanFailed
+from batchgate_records.schema import parquet_path, requests_schema
+from loadgen import parquet
+from loadgen.parquet import validate_parquet, write_parquet
 from loadgen.records import RecordWriter
 
 pytest.importorskip("duckdb")
@@ -40,10 +42,15 @@ def _with_an_older_record(path: Path) -> Path:
 
 
 def _pyarrow_only(monkeypatch: pytest.MonkeyPatch) -> None:
-    def refuse(*_args: object) -> None:
-        raise ScanFailed("test: DuckDB off")
+    class Refused(LineScan):
+        def tables(self):  # type: ignore[override]
+            raise ScanFailed("test: DuckDB off")
 
-    monkeypatch.setattr(parquet, "scan_tables", refuse)
+    monkeypatch.setattr(parquet, "LineScan", Refused)
+
+
+def _scan(path: Path) -> list:
+    return list(LineScan(path, requests_schema(), path.stat().st_size).tables())
 
 
 def _written(jsonl: Path) -> tuple[object, dict]:
@@ -53,7 +60,7 @@ def _written(jsonl: Path) -> tuple[object, dict]:
 
 
 def test_the_scan_writes_the_file_pyarrows_reader_writes(tmp_path, monkeypatch):
-    monkeypatch.setattr(jsonl_scan, "_BATCH_ROWS", 7)  # several tables
+    monkeypatch.setattr(scan, "_BATCH_ROWS", 7)  # several tables
     scanned = _written(_with_an_older_record(_jsonl(tmp_path / "a" / "requests.jsonl")))
     assert validate_parquet(tmp_path / "a" / "requests.jsonl") == []
     assert scanned[0].column("endpoint")[3].as_py() == "chat"
@@ -65,12 +72,12 @@ def test_the_scan_writes_the_file_pyarrows_reader_writes(tmp_path, monkeypatch):
 
 def test_a_blank_line_leaves_the_file_to_pyarrows_reader_after_the_scan(tmp_path, monkeypatch):
     # DuckDB skips the blank line: rows != lines, found after the scan wrote its tables.
-    monkeypatch.setattr(jsonl_scan, "_BATCH_ROWS", 5)
+    monkeypatch.setattr(scan, "_BATCH_ROWS", 5)
     path = _jsonl(tmp_path / "a" / "requests.jsonl")
     lines = path.read_bytes().split(b"\n")
     path.write_bytes(b"\n".join([*lines[:12], b"", *lines[12:]]))
     with pytest.raises(ScanFailed, match="30 rows for 31 lines"):
-        list(scan_tables(path, requests_schema(), path.stat().st_size))
+        _scan(path)
     scanned = _written(path)
     other = tmp_path / "b" / "requests.jsonl"
     other.parent.mkdir()
@@ -83,7 +90,7 @@ def test_without_duckdb_the_file_is_still_written(tmp_path, monkeypatch):
     monkeypatch.setitem(sys.modules, "duckdb", None)  # import duckdb raises ImportError
     path = _jsonl(tmp_path / "requests.jsonl")
     with pytest.raises(ScanFailed, match="does not import"):
-        next(scan_tables(path, requests_schema(), path.stat().st_size))
+        _scan(path)
     assert write_parquet(path) is not None and validate_parquet(path) == []
 
 
@@ -100,18 +107,6 @@ def test_a_line_neither_reader_takes_leaves_no_parquet(tmp_path):
     path = _jsonl(tmp_path / "requests.jsonl", n=4)
     path.write_bytes(path.read_bytes().replace(b'"planned_at":102.0', b'"planned_at":"soon"'))
     with pytest.raises(ScanFailed, match="DuckDB"):
-        list(scan_tables(path, requests_schema(), path.stat().st_size))
+        _scan(path)
     assert write_parquet(path) is None
     assert not parquet_path(path).exists() and not list(tmp_path.glob(".*.tmp"))
-
-
-@pytest.mark.parametrize("block", [1, 7, 4096])
-def test_newlines_are_counted_across_read_blocks(tmp_path, monkeypatch, block):
-    monkeypatch.setattr(jsonl_scan, "_COUNT_BYTES", block)
-    data = bytes(np.random.default_rng(block).choice([10, 65, 123], size=20_000))
-    path = tmp_path / "r.jsonl"
-    path.write_bytes(data)
-    assert jsonl_scan._count_newlines(path, len(data)) == data.count(b"\n")
-    assert jsonl_scan._count_newlines(path, 999) == data[:999].count(b"\n")
-    with pytest.raises(OSError, match="ended at byte"):
-        jsonl_scan._count_newlines(path, len(data) + 5)

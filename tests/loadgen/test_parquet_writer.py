@@ -1,21 +1,19 @@
-"""The record writer's requests.parquet follows docs/records.md: the documented columns and types,
-the schema version and stamp in the file's metadata, row i equal to line i of the JSONL; and the
-gate takes it as standing for the JSONL without parsing it again."""
+"""The record writer's requests.parquet follows docs/records.md: the documented columns and types
+(`batchgate_records.schema`, the one definition the gate reads with too), the schema version and
+stamp in the file's metadata, row i equal to line i of the JSONL; and the gate takes it as
+standing for the JSONL without parsing it again."""
 
 from __future__ import annotations
 
 import json
-import re
 from pathlib import Path
 
 import pyarrow.parquet as pq
-from lg_support import REPO
 
-from gate.rundir.record_schema import requests_schema as gate_schema
-from gate.rundir.record_schema import write_options as gate_write_options
+from batchgate_records.schema import parquet_path
 from gate.rundir.request_parquet import open_trusted
 from gate.rundir.requests import read_requests
-from loadgen.parquet import _write_options, parquet_path, requests_schema, validate_parquet
+from loadgen.parquet import validate_parquet
 from loadgen.records import RecordWriter, RequestRecord
 
 
@@ -89,20 +87,6 @@ def test_a_file_that_is_not_whole_lines_gets_no_parquet(tmp_path: Path) -> None:
         pass
     assert not parquet_path(path).exists()
     assert not list(tmp_path.glob(".*.tmp"))
-
-
-def test_writer_and_gate_share_the_schema_docs_records_md_documents() -> None:
-    assert requests_schema().equals(gate_schema())
-    text = (REPO / "docs" / "records.md").read_text()
-    section = text.split("## `requests.parquet`", 1)[1].split("\n## ", 1)[0]
-    documented = re.findall(r"^\| `(\w+)` \| `([^`]+)` \|", section, flags=re.M)
-    assert documented == [(f.name, str(f.type)) for f in requests_schema()]
-
-
-def test_writer_and_gate_write_the_file_alike() -> None:
-    # Either may write a run's requests.parquet; the gate reads chunk_tokens' statistics.
-    assert _write_options() == gate_write_options()
-    assert "chunk_tokens.list.element" in gate_write_options()["write_statistics"]
 
 
 def test_both_writers_apply_their_options_to_the_list_columns(tmp_path: Path) -> None:

@@ -13,7 +13,7 @@ from typing import Any
 
 import numpy as np
 
-from gate.rundir.record_schema import CATEGORICAL_FIELDS, FLOAT_FIELDS, OPTIONAL_FLOAT_FIELDS
+from batchgate_records.schema import CATEGORICAL_FIELDS, FLOAT_FIELDS, OPTIONAL_FLOAT_FIELDS
 from gate.rundir.requests import Categorical, RequestColumns
 from gate.rundir.run import ProfileData, StepColumns
 from gate.rundir.step_records import STEP_FIELDS

@@ -1,16 +1,15 @@
-"""DuckDB's whole-file scan of requests.jsonl (gate.rundir.jsonl_scan): the same tables as the
-line-exact reader where it can prove them, `Unproven` (and the line-exact reader's verdict
-through read_requests) where it cannot."""
+"""DuckDB's whole-file scan of requests.jsonl (batchgate_records.scan, proven by
+gate.rundir.jsonl_scan): the same tables as the line-exact reader where it can prove them,
+`Unproven` (and the line-exact reader's verdict through read_requests) where it cannot."""
 
 from __future__ import annotations
 
-import numpy as np
 import orjson
 import pyarrow as pa
 import pytest
 from rundir_builder import request_records, write_jsonl
 
-from gate.rundir import jsonl_scan
+from batchgate_records import scan as shared_scan
 from gate.rundir.jsonl_records import JsonlRecords
 from gate.rundir.jsonl_scan import JsonlScan, Unproven
 from gate.rundir.requests import RecordsError, read_requests
@@ -53,7 +52,7 @@ def test_the_scan_gives_the_line_exact_readers_tables(tmp_path, newline_at_end):
 
 
 def test_many_batches_keep_the_lines_order(tmp_path, monkeypatch):
-    monkeypatch.setattr(jsonl_scan, "_BATCH_ROWS", 1000)
+    monkeypatch.setattr(shared_scan, "_BATCH_ROWS", 1000)
     path = tmp_path / "requests.jsonl"
     records = request_records(5000, status=["ok", "timeout"] * 2500)
     for record in records[1::2]:
@@ -62,20 +61,6 @@ def test_many_batches_keep_the_lines_order(tmp_path, monkeypatch):
     scanned = _concat(JsonlScan(path).tables())
     assert scanned.column("id").to_pylist() == [r["id"] for r in records]
     assert scanned.equals(_concat(JsonlRecords(path).tables()))
-
-
-@pytest.mark.parametrize("block", [1, 7, 4096])
-def test_newline_offsets_across_read_blocks(tmp_path, monkeypatch, block):
-    monkeypatch.setattr(jsonl_scan, "_SCAN_BYTES", block)
-    data = bytes(np.random.default_rng(block).choice([10, 65, 123], size=20_000))
-    path = tmp_path / "r.jsonl"
-    path.write_bytes(data)
-    expected = np.flatnonzero(np.frombuffer(data, dtype=np.uint8) == 10)
-    assert np.array_equal(jsonl_scan._newlines(path, len(data)), expected)
-    # Only the first `size` bytes (what the scan read), and a file cut short is an error.
-    assert np.array_equal(jsonl_scan._newlines(path, 999), expected[expected < 999])
-    with pytest.raises(OSError, match="ended at byte"):
-        jsonl_scan._newlines(path, len(data) + 5)
 
 
 def _lines(n: int = 4) -> list[bytes]:
@@ -125,7 +110,7 @@ def test_a_quoted_number_reads_as_the_number(tmp_path):
 
 def test_a_file_that_changes_while_read_is_unproven(tmp_path, monkeypatch):
     write_jsonl(tmp_path / "r.jsonl", request_records(3))
-    monkeypatch.setattr(jsonl_scan, "_size", lambda path: -1)
+    monkeypatch.setattr(shared_scan, "_size", lambda path: -1)
     with pytest.raises(Unproven, match="changed"):
         _concat(JsonlScan(tmp_path / "r.jsonl").tables())
 

@@ -16,7 +16,7 @@ import pyarrow.parquet as pq
 import pytest
 from rundir_builder import load_json, request_records, write_jsonl
 
-from gate.rundir.record_schema import requests_schema
+from batchgate_records.schema import requests_schema
 from gate.rundir.request_parquet import open_trusted
 from gate.rundir.requests import RecordsError, read_requests
 from gate.rundir.run import RunDirError, load_run

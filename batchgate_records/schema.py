@@ -1,12 +1,13 @@
-"""The request record's columns as the gate reads them, and `requests.parquet`'s schema and stamp
-(docs/records.md).
+"""The request record's fields and `requests.parquet`'s schema, options and stamp
+(docs/records.md), for the writer (`loadgen`) and the reader (`gate`) alike.
 
-Owns the one list of fields the gate reads (clocks and counts as float64, categorical fields,
-chunk lists), the Arrow schema of `requests.parquet` (every field of a JSONL record, in line
-order), the values an older record's missing optional fields mean, and the stamp that ties a
-Parquet file to the JSONL bytes it was made from (`jsonl_stamp`). It never imports the writer
-(`loadgen.parquet` keeps its own copy of the schema; a test pins that the two agree with
-docs/records.md) and reads no records itself.
+Owns the record's field lists (the clocks and counts the gate reads as float64, its categorical
+fields, which keys a line must carry and which may hold null, the optional fields and the value an
+older record's missing one meant, `with_defaults` filling them), the Arrow schema of
+`requests.parquet` (every field of a JSONL record, in line order), its writer options, the
+metadata keys, and the stamp that ties a Parquet file to the JSONL bytes it was made from
+(`jsonl_stamp`, `stamp_matches`). It reads no records and writes no files; the products' errors
+(the gate's `RecordsError`) stay with them.
 """
 
 from __future__ import annotations
@@ -14,8 +15,6 @@ from __future__ import annotations
 import hashlib
 from pathlib import Path
 from typing import TYPE_CHECKING
-
-from gate.errors import BatchgateError, ExitCode
 
 if TYPE_CHECKING:
     import pyarrow as pa
@@ -35,12 +34,12 @@ __all__ = [
     "SCHEMA_NAME",
     "SCHEMA_VERSION",
     "TAIL_BYTES",
-    "RecordsError",
     "jsonl_stamp",
     "jsonl_tail",
     "parquet_path",
     "requests_schema",
     "stamp_matches",
+    "with_defaults",
     "write_options",
 ]
 
@@ -91,15 +90,9 @@ REQUIRED_FIELDS = (
 NULLABLE_FIELDS = FLOAT_FIELDS[1:]
 
 
-class RecordsError(BatchgateError, ValueError):
-    """An unreadable request record or records file; the message names the file (and line)."""
-
-    default_exit_code = ExitCode.NO_DATA
-
-
 def requests_schema() -> pa.Schema:
     """requests.parquet's columns, in the JSONL's field order (docs/records.md)."""
-    import pyarrow as pa  # here: `import gate` stays light (a test pins it)
+    import pyarrow as pa  # here: `import gate` and the load process's imports stay light
 
     text, f8, i8 = pa.string(), pa.float64(), pa.int64()
     return pa.schema(
@@ -147,7 +140,7 @@ def write_options() -> dict[str, object]:
     bytes: six-decimal times hardly compress, and decompressing them was most of the time a
     check spent reading the file (snappy: 2.2 s against 0.7 s for 1M records). No statistics
     for `chunk_times` (nothing reads them; their min/max was a sixth of the writing); the
-    gate reads `chunk_tokens`' (`TrustedParquet.one_token_elements`)."""
+    gate reads `chunk_tokens`' (`gate.rundir.request_parquet.TrustedParquet`)."""
     schema = requests_schema()
     strings = [f.name for f in schema if str(f.type) == "string" and f.name != "id"]
     names = schema.names
@@ -209,3 +202,17 @@ def stamp_matches(meta: dict[bytes, bytes], jsonl: Path) -> bool:
     return meta.get(META_JSONL_BYTES) == str(size).encode() and (
         meta.get(META_JSONL_TAIL_SHA256) == digest
     )
+
+
+def with_defaults(table: pa.Table) -> pa.Table:
+    """`table` with the value an older record meant (`OPTIONAL_DEFAULTS`) where one of those
+    fields is null: what requests.parquet holds, whichever side wrote it."""
+    import pyarrow.compute as pc
+
+    for name, default in OPTIONAL_DEFAULTS.items():
+        column = table.column(name)
+        if column.null_count:
+            index = table.schema.get_field_index(name)
+            # coalesce, not fill_null: that one imports pandas (0.2 s)
+            table = table.set_column(index, name, pc.coalesce(column, default))
+    return table
