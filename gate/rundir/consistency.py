@@ -4,9 +4,9 @@ Owns the cross-checks a saved run allows, each made whenever its inputs are ther
 against `counts_by_status` (their number and each status's), against `sent_requests` (records
 with a send time), against `planned_requests` (no more records than planned), and the Parquet
 stamp's word that the JSONL was cut or rewritten after the Parquet file was made
-(`ProfileData.damage`, from `gate.rundir.parquet_stamp`). And the keys a load.json must hold for its profile to be judged at
-all. A finding is a sentence for a verdict's reason; judging with it is `gate.verdicts.context`'s.
-It does not read files.
+(`ProfileData.damage`, from `gate.rundir.parquet_stamp`). And the keys a load.json must hold for
+its profile to be judged at all. A finding is a sentence for a verdict's reason; judging with it
+is `gate.verdicts.context`'s. It does not read files.
 """
 
 from __future__ import annotations
