@@ -9,7 +9,10 @@ two of its tokens and memory is bounded by the slice, not by the request. A slic
 raises fails its job only (EngineFailure); the engine keeps serving.
 
 It owns the queue, the slicing and input validation; it does not know the runner (the engine
-passes its embed function) or HTTP.
+passes its embed function) or HTTP. Which requests share a job, and how long they wait for each
+other, is decided before a job gets here, by the API process's embeddings batcher
+(`reference_server.api.embedding_batcher`, a wall-clock window across requests; why it sits
+there: its docstring); this module decides only how a job shares the engine with generation.
 """
 
 from __future__ import annotations

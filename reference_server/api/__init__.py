@@ -5,7 +5,7 @@ Importing it does not start anything; `python -m reference_server` (cli.main) do
 
 from reference_server.api.app import ServerState, build_app, build_state
 from reference_server.api.cli import build_parser, main, parse_configs
-from reference_server.api.embeddings import EmbeddingBatcher
+from reference_server.api.embedding_batcher import EmbeddingBatcher
 from reference_server.api.errors import APIError
 from reference_server.api.metrics import ServerMetrics
 from reference_server.api.server_config import ServerConfig, ServerConfigError

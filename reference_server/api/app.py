@@ -30,7 +30,11 @@ from reference_server.api import batch as batch_api
 from reference_server.api.auth import check_api_key
 from reference_server.api.bodies import json_response, read_json_body
 from reference_server.api.disconnects import client_disconnected, log_client_gone
-from reference_server.api.embeddings import BatcherClosedError, BatcherFullError, EmbeddingBatcher
+from reference_server.api.embedding_batcher import (
+    BatcherClosedError,
+    BatcherFullError,
+    EmbeddingBatcher,
+)
 from reference_server.api.errors import (
     APIError,
     error_response,

@@ -14,6 +14,16 @@ running slot (`max_num_seqs`, read live) is taken:
   stuck behind one client's queue. Requests already streaming are never shed.
 
 It knows nothing about the engine beyond the capacity callable, nor about HTTP beyond the error.
+
+Why an admission rule lives in the HTTP layer and not in the scheduler: a client is an HTTP
+fact (the API key, else the peer address) the engine never sees, and the rule's answer is an
+HTTP answer — a 429 with `Retry-After` — that is only honest before a response has started: a
+request is shed only while it has no output, so no headers are sent. The scheduler decides what
+runs among the requests admitted (priority classes, the token budget, preemption); this decides
+which requests are admitted at all, per client, and reads the engine only through
+`capacity_fn` (`max_num_seqs`, live). Moving it into the scheduler would need client identity
+on every request and a way to turn a queued request back into a 429 (docs/server.md,
+"Per-client fairness").
 """
 
 from __future__ import annotations

@@ -22,7 +22,7 @@ from typing import Any
 
 import orjson
 
-from reference_server.api.embeddings import BatcherClosedError, BatcherFullError
+from reference_server.api.embedding_batcher import BatcherClosedError, BatcherFullError
 from reference_server.api.errors import APIError, from_engine_error
 from reference_server.api.generation import RequestTimer, ResponseShapes
 from reference_server.api.protocol import (

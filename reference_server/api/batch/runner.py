@@ -10,6 +10,14 @@ recorded results stop. Input lines are read lazily; a result is recorded once pe
 so a line run before a SIGKILL and again after it appears once. While the server drains it
 feeds nothing; lines still running then are aborted unrecorded and run next start. It knows
 nothing about HTTP; `LineExecutor` serves lines, `BatchStore` keeps state.
+
+Why the in-flight bound is here and not in the scheduler: it is flow control between a job's
+file and the engine, not a scheduling rule. The lines wait in the job's file (read lazily,
+recorded once each, resumed after a restart), not in the engine's queues, and only this runner
+knows which requests belong to a job; once fed, a line is an ordinary request of the
+`batch_api_priority` class, and the scheduler treats it as any other (interactive first, the
+class's `max_waiting` bound, preemption). The bound only keeps a 50,000-line job from becoming
+50,000 queued sequences; docs/server.md, "Feeding the engine".
 """
 
 from __future__ import annotations

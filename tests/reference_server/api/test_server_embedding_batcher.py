@@ -1,4 +1,5 @@
-"""The embeddings dynamic batcher with an injected embed function (no model, no server)."""
+"""The embeddings batcher (reference_server.api.embedding_batcher) with an injected embed function
+(no model, no server)."""
 
 from __future__ import annotations
 
@@ -7,7 +8,7 @@ import time
 
 import pytest
 
-from reference_server.api.embeddings import BatcherFullError, EmbeddingBatcher
+from reference_server.api.embedding_batcher import BatcherFullError, EmbeddingBatcher
 
 
 class RecordingEmbed:

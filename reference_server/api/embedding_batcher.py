@@ -1,11 +1,23 @@
-"""The request-level dynamic batcher behind /v1/embeddings.
+"""The embeddings batcher: which /v1/embeddings inputs share one engine job, and when it goes.
 
 Owns the queue of pending embedding inputs and the dispatch rule the seeds describe for
-single-forward models: a batch goes when `max_batch_size` inputs are queued, when the oldest
-queued input has waited `max_wait_ms`, or at once when the queue reaches `dispatch_threshold`
-(adaptive dispatch; a lone input on an idle server does not wait out the window only if the
-threshold is 1). One batch runs at a time through the injected `embed_fn`. It knows nothing
-about HTTP or the model; the queue is bounded (`max_pending_inputs`).
+single-forward models (request-level dynamic batching): a batch goes when `max_batch_size`
+inputs are queued, when the oldest queued input has waited `max_wait_ms`, or at once when the
+queue reaches `dispatch_threshold` (adaptive dispatch; a lone input on an idle server does not
+wait out the window only if the threshold is 1). One batch runs at a time through the injected
+`embed_fn`. It knows nothing about HTTP or the model; the queue is bounded
+(`max_pending_inputs`: beyond it `embed` raises `BatcherFullError`, which the routes answer 429).
+
+Why batching happens in two places: this layer decides *which requests share a forward* — a
+window on the wall clock across requests from many connections, the latency-for-batch-size
+trade `--embedding-max-wait-ms` sets and batchgate measures. The engine's
+`reference_server.embedding_jobs` decides *how a dispatched batch shares the engine with
+generation*: slices under the step token budget, one after each generation step. The window
+sits in the API process, in front of the engine core's process, so that a batch crosses the
+pipe as one job rather than one message per request, and a full queue is refused (429) without
+a round trip to the core. It could move into the engine beside the `dynamic` policy's window
+for generation (the scheduler's wake-up, docs/engine.md); that is a change to the engine loop,
+not made here.
 """
 
 from __future__ import annotations
