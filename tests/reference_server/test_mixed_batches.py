@@ -216,3 +216,34 @@ def test_shared_sampler_seed_makes_a_seeded_answer_depend_on_its_company(runner)
     # The default, per-row noise: the company does not matter.
     default_alone = _run(_engine(runner), {"target": SEEDED})[0]["target"]
     assert _run(_engine(runner), company)[0]["target"] == default_alone
+
+
+def _target_logits(engine: Engine, requests: dict[str, SamplingParams], prompts=None):
+    mask = engine.runner.allowed_tokens
+    captured = {}
+
+    def apply(logits, seqs):  # type: ignore[no-untyped-def]
+        for row, seq in enumerate(seqs):
+            if seq.request_id == "target":
+                captured[len(seq.output_token_ids)] = logits[row].clone()
+        type(mask).apply(mask, logits, seqs)
+
+    mask.apply = apply  # type: ignore[method-assign]
+    try:
+        _run(engine, requests, prompts)
+    finally:
+        del mask.apply
+    return captured
+
+
+def test_the_batch_invariant_forward_gives_bit_identical_logits_in_any_batch(runner):
+    """The default forward (batch_invariant on): the target's raw logits at every position are
+    bit-identical alone and beside 8 mixed rows of other prompt lengths (docs/engine.md)."""
+    import torch
+
+    assert runner.batch_invariant
+    alone = _target_logits(_engine(runner), {"target": SEEDED})
+    prompts = {f"c{i}": [1, *([70 + i] * (5 + 27 * i))] for i in range(len(COMPANIONS))}
+    batched = _target_logits(_engine(runner), _mixed(SEEDED), prompts)
+    assert alone.keys() == batched.keys()
+    assert all(torch.equal(alone[p], batched[p]) for p in alone)
