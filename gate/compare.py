@@ -370,8 +370,9 @@ def render(comparison: Comparison) -> RenderableType:
         parts.append(Text(f"note: {note}", style="dim"))
     parts.append(
         Text(
-            f"◆ marks a difference larger than its noise: the runs' {comparison.confidence:.0%} "
-            "intervals do not overlap (see docs/report.md)",
+            f"◆ marks a metric whose difference is larger than its noise (the runs' "
+            f"{comparison.confidence:.0%} intervals do not overlap) and a gate whose verdict "
+            "changed between the runs (see docs/report.md)",
             style="dim",
         )
     )

@@ -40,6 +40,8 @@ ENGINE_FIELD_HELP: dict[str, str] = {
     "seed": "seed of the random weights and of requests that give no seed",
     "block_size": "tokens per KV cache block",
     "kv_cache_memory_bytes": "KV cache pool size in bytes ('none' = the runner's default budget)",
+    "num_gpu_blocks_override": "KV cache pool size in blocks whatever the model (vLLM's flag; "
+    "wins over the byte budget)",
     "gpu_memory_utilization": "on CUDA, fraction (0..1) of free device memory for the KV pool",
     "watermark_ratio": "fraction (0..0.5) of KV blocks kept free when admitting new requests",
     "max_model_len": "context length in tokens: prompt + max_tokens must fit",
