@@ -15,7 +15,8 @@ or docs/*.md; only those lines change, the rest of each page is left as written.
 
 `--check` writes nothing and exits 1 when a page differs from what it would write (what
 tests/test_docs_generated.py asserts). Exit 0: pages match the code; 1: a page changed or
-drifted, or a field lacks its meaning; 2: a region is malformed or names no known table.
+drifted, or a field lacks its meaning; 2: a region is malformed or names no known table,
+or the code cannot be tabled (e.g. a preset key the server has no flag for).
 This module owns the regions; the tables come from scripts/doc_tables.py.
 """
 
@@ -149,9 +150,11 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     # This checkout's code, whatever batchgate an environment has installed.
     sys.path.insert(0, str(REPO))
+    from scripts.doc_tables import DocTableError
+
     try:
         found = pages()
-    except RegionError as exc:
+    except (RegionError, DocTableError) as exc:
         print(f"gen_docs: {exc}", file=sys.stderr)
         return 2
     status = 0
