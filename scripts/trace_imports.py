@@ -72,12 +72,14 @@ def distributions_of(modules: set[str]) -> dict[str, set[str]]:
     return found
 
 
-def closure(names: set[str]) -> set[str]:
-    """`names` and every installed distribution they require, transitively (extras left out):
-    what a machine with those installed by pip also has."""
-    import re
+def closure(names: set[str], extras: dict[str, set[str]] | None = None) -> set[str]:
+    """`names` and every installed distribution they require on this platform, transitively
+    (with the extras named in `extras`, else none): what pip installs with them."""
     from importlib.metadata import PackageNotFoundError, requires
 
+    from packaging.requirements import InvalidRequirement, Requirement
+
+    extras = extras or {}
     seen: set[str] = set()
     todo = [_normalize(n) for n in names]
     while todo:
@@ -89,12 +91,14 @@ def closure(names: set[str]) -> set[str]:
             reqs = requires(name) or []
         except PackageNotFoundError:
             continue
-        for req in reqs:
-            if "extra ==" in req:
+        for text in reqs:
+            try:
+                req = Requirement(text)
+            except InvalidRequirement:
                 continue
-            match = re.match(r"[A-Za-z0-9_.\-]+", req)
-            if match:
-                todo.append(_normalize(match.group(0)))
+            wanted = extras.get(name, set()) | {""}
+            if req.marker is None or any(req.marker.evaluate({"extra": e}) for e in wanted):
+                todo.append(_normalize(req.name))
     return seen
 
 
