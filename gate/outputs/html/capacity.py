@@ -54,7 +54,8 @@ def capacity_section(manifest: Mapping[str, Any] | None) -> str:
         )
     )
     rows = "".join(_row(s, chosen) for s in sweep["curve"] if isinstance(s, dict))
-    limit = sweep.get("limit") if isinstance(sweep.get("limit"), dict) else {}
+    stated = sweep.get("limit")
+    limit: dict[str, Any] = stated if isinstance(stated, dict) else {}
     words = (
         f"Stopped: {_e(sweep.get('stop'))} — {_e(sweep.get('detail'))}. Knee at "
         f"{_e(sweep.get('knee_users'))} users; stated limit {_e(limit.get('users'))} "
