@@ -62,15 +62,20 @@ def invariant_attend(
     num_kv_heads, batch, num_rows, head_dim = query.shape
     length = keys.shape[2]
     num_blocks = length // key_block
-    scores = torch.matmul(query, keys.transpose(-1, -2))  # (kv_heads, B, group*rows, L)
-    scores = scores.view(num_kv_heads, batch, group, num_rows // group, length).add_(
-        bias[None, :, None]
+    rows = num_rows // group
+    # Scores straight into block layout, one fixed-shape product per key block:
+    # (kv_heads, B, 1, group*rows, head_dim) @ (kv_heads, B, num_blocks, head_dim, key_block)
+    scores = torch.matmul(
+        query[:, :, None],
+        keys.view(num_kv_heads, batch, num_blocks, key_block, head_dim).transpose(-1, -2),
+    ).float()  # (kv_heads, B, num_blocks, group*rows, key_block)
+    block_bias = bias.view(batch, rows, num_blocks, key_block).transpose(1, 2)  # (B, nb, rows, kb)
+    scores.view(num_kv_heads, batch, num_blocks, group, rows, key_block).add_(
+        block_bias[None, :, :, None]
     )
-    scores = scores.view(num_kv_heads, batch, num_rows, length).float()
     # The max is exact whatever the order; exp(x - max) is elementwise; padding gives exact 0.
-    probs = torch.exp(scores - scores.amax(dim=-1, keepdim=True))
-    probs = probs.view(num_kv_heads, batch, num_rows, num_blocks, key_block).transpose(2, 3)
-    # (kv_heads, B, num_blocks, group*rows, key_block): one fixed-shape product per block.
+    peak = scores.amax(dim=(2, 4), keepdim=True)  # (kv_heads, B, 1, group*rows, 1)
+    probs = torch.exp_(scores.sub_(peak))
     partial = torch.matmul(
         probs.to(values.dtype), values.view(num_kv_heads, batch, num_blocks, key_block, head_dim)
     ).float()  # (kv_heads, B, num_blocks, group*rows, head_dim)

@@ -118,3 +118,30 @@ def test_the_alignment_presets_are_live_batching_keys(client):
     finally:
         client.put("/admin/batching", json=response.json()["previous"])
     assert client.get("/admin/batching").json() == settings
+
+
+def test_prerendered_reasoning_chunks_equal_the_plain_encoding():
+    import orjson
+
+    from reference_server.api.protocol import GenerationRequest
+    from reference_server.api.response_shapes import ResponseShapes
+    from reference_server.sampling_params import SamplingParams
+
+    request = GenerationRequest(
+        endpoint="chat", model=None, prompt_token_ids=[1], stream=True, include_usage=True,
+        priority="interactive", params=SamplingParams(thinking=True, thinking_tokens=2),
+    )  # fmt: skip
+    shapes = ResponseShapes(request, 'mo"del')
+    for text in ["a", 'quote " and \\ back', "é\u2028\x00\ufffd"]:
+        chunk = orjson.loads(shapes.reasoning_chunk(text)[len(b"data: ") :])
+        plain = orjson.loads(
+            shapes.chunk(
+                {
+                    "index": 0,
+                    "delta": {"reasoning_content": text},
+                    "finish_reason": None,
+                    "logprobs": None,
+                }
+            )[len(b"data: ") :]
+        )
+        assert chunk == plain
