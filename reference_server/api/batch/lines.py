@@ -285,11 +285,13 @@ class LineExecutor:
             stream=False,
         )
         pieces: list[str] = []
+        reasoning: list[str] = []  # thinking mode's reasoning text
         output = None
         try:
             async for output in stream:
                 timer.on_output(output)
                 pieces.append(output.new_text)
+                reasoning.append(output.new_reasoning_text)
         finally:
             await stream.aclose()  # aborts the request when the line was cancelled
             timer.report()
@@ -298,7 +300,7 @@ class LineExecutor:
         response = {
             "status_code": 200,
             "request_id": shapes.request_id,
-            "body": shapes.body("".join(pieces), output),
+            "body": shapes.body("".join(pieces), output, "".join(reasoning)),
         }
         return LineOutcome(
             ok=True,
