@@ -58,6 +58,9 @@ _CELLS = (
 # Columns that may wrap inside a narrower width (text), in the order they give up width, and the
 # least each keeps; the others (verdict, numbers) keep their width: a cut number is a wrong one.
 _SHRINK = {"threshold": 12, "interval": 12}
+# In the one-row-a-gate table: the columns that wrap before the table gives way to two lines a
+# gate, and the least each keeps.
+_WIDE_SHRINK = {"judges": 16, "threshold": 16}
 _INDENT = 2
 
 
@@ -106,7 +109,14 @@ class _VerdictTable:
         table = Table(title=_TITLE, expand=False, show_lines=False)
         table.add_column("gate", justify="left", no_wrap=True)
         for header, justify in self.headers:
-            table.add_column(header, justify=justify, no_wrap=True)  # type: ignore[arg-type]
+            # What it judges and the threshold may wrap in their column; values never do.
+            wraps = header in _WIDE_SHRINK
+            table.add_column(
+                header,
+                justify=justify,  # type: ignore[arg-type]
+                no_wrap=not wraps,
+                overflow="fold" if wraps else "ellipsis",
+            )
         for verdict, row in zip(self.verdicts, self._rows(self.headers), strict=True):
             table.add_row(_name(verdict), *row)
         return table
@@ -115,13 +125,30 @@ class _VerdictTable:
         self, console: Console, options: ConsoleOptions
     ) -> Iterator[RenderableType]:
         names = [Text(_name(v)).cell_len for v in self.verdicts]
-        widths = [max([4, *names]), *self._natural(self.headers)]
+        natural = self._natural(self.headers)
+        widths = [max([4, *names]), *natural]
         # Each column is padded by a space on both sides and has a rule on its right, plus the
-        # table's left rule: the width the wide table takes without wrapping a cell.
-        if sum(widths) + 3 * len(widths) + 1 <= options.max_width:
+        # table's left rule: the width the wide table takes without wrapping a cell, less what
+        # the columns that may wrap can give up.
+        slack = sum(
+            max(0, width - _WIDE_SHRINK[header])
+            for (header, _), width in zip(self.headers, natural, strict=True)
+            if header in _WIDE_SHRINK
+        )
+        needed = sum(widths) + 3 * len(widths) + 1
+        if needed <= options.max_width:
             yield self.wide()
             return
-        yield from self._narrow(options.max_width)
+        narrow = Group(*self._narrow(options.max_width))
+        if needed - slack <= options.max_width:
+            # It fits with a few cells wrapped: whichever layout takes fewer lines.
+            wide = self.wide()
+            if len(console.render_lines(wide, options)) <= len(
+                console.render_lines(narrow, options)
+            ):
+                yield wide
+                return
+        yield narrow
 
     def _natural(self, headers: list[tuple[str, str]]) -> list[int]:
         rows = self._rows(headers)
