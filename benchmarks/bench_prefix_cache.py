@@ -61,7 +61,7 @@ def one_run(url: str, out: Path, cache: bool, time_scale: float) -> dict[str, An
     before = _counters(url)
     cmd = [
         sys.executable, "-m", "loadgen", "--target", url, "--profile", "trace", "--out", str(out),
-        "--set", "duration_seconds=120", "--set", "length_scale=0.03125",
+        "--scale", "full", "--set", "duration_seconds=120", "--set", "length_scale=0.03125",
         "--set", f"time_scale={time_scale}", "--set", "max_schedule_lag_p99_seconds=1",
     ]  # fmt: skip
     began = time.monotonic()

@@ -65,7 +65,7 @@ def replay_point(
     out = tmp / f"{name}-{scale:g}"
     cmd = [
         *cpu_prefix(0), sys.executable, "-m", "loadgen", "--target", server.url,
-        "--profile", "trace", "--out", str(out), "--model", "fake-model",
+        "--profile", "trace", "--out", str(out), "--model", "fake-model", "--scale", "full",
         "--set", f"path={path}", "--set", f"format={fmt}",
         "--set", f"duration_seconds={seconds}", "--set", f"time_scale={scale}",
         # Prompts of ~750 tokens (Mooncake's 12k / 16) and answers of a few tokens: the fake

@@ -40,6 +40,9 @@ def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="batchgate",
         description="Load-test and gate the batching behaviour of an LLM inference server.",
+        epilog="Every command's --help ends with its exit codes; all of them: "
+        "docs/exit-codes.md (0 passed, 1 a gate failed, 2 usage error, 3 inconclusive, "
+        "4 invalid gates file, 5 no data or an invalid measurement).",
     )
     subparsers = parser.add_subparsers(dest="command", metavar="COMMAND")
     for name in COMMANDS:

@@ -37,7 +37,8 @@ EXIT_OK, EXIT_USAGE, EXIT_NO_DATA = 0, 2, 5
 
 def build_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(
-        prog="python -m loadgen",
+        # `batchgate load` execs this module with its own name (gate/commands/load.py).
+        prog=os.environ.get("BATCHGATE_PROG") or "python -m loadgen",
         description="Open-loop load generator for OpenAI-compatible LLM servers (runs Locust). "
         "Writes OUT/requests.jsonl and OUT/load.json (docs/records.md).",
         epilog="Profiles: "
@@ -45,14 +46,32 @@ def build_parser() -> argparse.ArgumentParser:
         + ". Exit codes: 0 completed (even with request errors), 2 usage error, 5 target "
         "unreachable / run interrupted.",
     )
-    p.add_argument("--target", help="base URL of the server, e.g. http://127.0.0.1:8000")
-    p.add_argument("--profile", choices=sorted(PROFILES), help="traffic profile")
-    p.add_argument("--out", help="output directory for requests.jsonl and load.json")
+    # The options `batchgate` verbs share keep the words of gate/commands/_options.py (checked
+    # by tests/gate/commands/test_option_table.py; loadgen may not import gate).
+    p.add_argument(
+        "--target",
+        metavar="URL",
+        help="base URL of an OpenAI-compatible server, e.g. http://127.0.0.1:8000",
+    )
+    p.add_argument(
+        "--profile",
+        choices=sorted(PROFILES),
+        metavar="NAME",
+        help="traffic profile; one of those listed below",
+    )
+    p.add_argument(
+        "--out",
+        metavar="DIR",
+        help="output directory: requests.jsonl and load.json are written straight into it",
+    )
     p.add_argument(
         "--scale",
         choices=list(SCALES),
-        default="full",
-        help="duration scale when --duration is not given (default full)",
+        default="quick",
+        help="length of one measurement of a profile: smoke (CI, 1/20 of full), quick (1/4) or "
+        "full; default %(default)s (quick where each profile is measured once: run, load; "
+        "smoke where it is measured again and again: sweep points, tune candidates); "
+        "--duration replaces it",
     )
     p.add_argument("--duration", type=float, help="total duration in seconds (stages keep ratios)")
     p.add_argument("--rate", type=float, help="mean offered rate in req/s (stages keep ratios)")
@@ -69,7 +88,12 @@ def build_parser() -> argparse.ArgumentParser:
         help="address the master listens on (0.0.0.0 for remote workers)",
     )
     p.add_argument("--master-port", type=int, default=0, help="master port (default: free port)")
-    p.add_argument("--api-key", help="API key sent as a Bearer token")
+    p.add_argument(
+        "--api-key",
+        metavar="KEY",
+        default=os.environ.get("BATCHGATE_API_KEY"),
+        help="API key for the target, sent as a Bearer token (default $BATCHGATE_API_KEY)",
+    )
     p.add_argument("--model", help="model name (default: first model listed by /v1/models)")
     p.add_argument("--endpoint", choices=["chat", "completions"], help="API endpoint")
     p.add_argument("--no-stream", action="store_true", help="send non-streaming requests")
@@ -90,9 +114,9 @@ def build_parser() -> argparse.ArgumentParser:
         "--set",
         action="append",
         default=[],
-        metavar="KEY=VALUE",
-        help="override any profile parameter (dotted keys reach into mappings, "
-        "values are JSON when they parse, else strings); repeatable",
+        metavar="[PROFILE.]KEY=VALUE",
+        help="override one profile parameter (repeat; VALUE is JSON when it parses; dotted KEYs "
+        "reach into mappings); without PROFILE. it applies to every profile the command runs",
     )
     p.add_argument(
         "--profile-overrides-json",
@@ -124,6 +148,13 @@ def _overrides(args: argparse.Namespace) -> dict[str, Any]:
         key, sep, raw = item.partition("=")
         if not sep or not key:
             raise ConfigError(f"--set needs KEY=VALUE, got {item!r}")
+        first, dot, rest = key.partition(".")
+        if dot and first in PROFILES:  # `batchgate run`'s PROFILE.KEY=VALUE: this load's?
+            if first != args.profile:
+                raise ConfigError(
+                    f"--set {item}: names profile {first}, this load runs {args.profile}"
+                )
+            key = rest
         try:
             out[key] = json.loads(raw)
         except ValueError:

@@ -21,6 +21,7 @@ from typing import Any
 from rich.console import Console
 
 from gate.baseline import Baseline, BaselineError, BaselineStore
+from gate.commands import _options as options
 from gate.errors import ExitCode, UsageError
 from gate.gates.file import load, packaged_gates_path
 from gate.gates.model import GatesFile
@@ -56,17 +57,10 @@ DEFAULT_GATES_FILE = Path("gates.yaml")
 
 
 def add_evaluation_arguments(parser: argparse.ArgumentParser) -> None:
-    """Adds --baseline, --baseline-dir, --inconclusive and --rollback-target."""
-    parser.add_argument("--baseline", metavar="NAME", help="baseline for regression gates")
-    parser.add_argument(
-        "--baseline-dir", metavar="DIR", help="baseline store (default .batchgate/baselines)"
-    )
-    parser.add_argument(
-        "--inconclusive", choices=("pass", "fail"), help="override the gates file's policy"
-    )
-    parser.add_argument(
-        "--rollback-target", metavar="URL", help="target URL shown in rollback commands"
-    )
+    """Adds --baseline, --baseline-dir, --inconclusive and --rollback-target (gate/commands/
+    _options.py: the same words on every verb)."""
+    for key in ("baseline", "baseline_dir", "inconclusive", "rollback_target"):
+        options.add(parser, key)
 
 
 def find_gates_file(
@@ -200,13 +194,9 @@ def open_run(path_text: str | Path) -> RunData:
 
 
 def add_common_arguments(parser: argparse.ArgumentParser) -> None:
-    """Flags `run` and `sweep` share."""
-    parser.add_argument(
-        "--gates",
-        type=Path,
-        default=None,
-        help="gates file (default: ./gates.yaml if there is one, else the packaged default)",
-    )
+    """Flags the verbs that start a target and measure it share (run, sweep, tune, calibrate);
+    the shared ones come from gate/commands/_options.py."""
+    options.add(parser, "gates", detail=options.LOCAL_GATES_DEFAULT)
     parser.add_argument(
         "--calibration",
         default="fresh",
@@ -222,17 +212,8 @@ def add_common_arguments(parser: argparse.ArgumentParser) -> None:
         help="with --target and --preset: leave the target on the preset after the run (by "
         "default its previous settings, recorded in the manifest, are restored)",
     )
-    parser.add_argument(
-        "--target",
-        metavar="URL",
-        help="gate a running OpenAI-compatible server instead of the bundled one",
-    )
-    parser.add_argument(
-        "--preset",
-        metavar="NAME",
-        help="batching preset from the gates file (server flags for the bundled "
-        "server; PUT /admin/batching for a --target that has it)",
-    )
+    options.add(parser, "target", detail="gate it instead of starting the bundled server")
+    options.add(parser, "preset")
     parser.add_argument(
         "--server-arg",
         action="append",
@@ -246,30 +227,14 @@ def add_common_arguments(parser: argparse.ArgumentParser) -> None:
         default=1,
         help="Locust worker processes of the load generator (default 1; see docs/loadgen.md)",
     )
-    parser.add_argument(
-        "--api-key",
-        default=os.environ.get("BATCHGATE_API_KEY"),
-        help="API key for the target (default $BATCHGATE_API_KEY)",
-    )
-    parser.add_argument(
-        "--admin-token",
-        default=os.environ.get("BATCHGATE_ADMIN_TOKEN"),
-        help="admin token for /admin/* (default $BATCHGATE_ADMIN_TOKEN)",
-    )
+    options.add(parser, "api_key")
+    options.add(parser, "admin_token")
 
 
 def add_set_and_out_arguments(parser: argparse.ArgumentParser) -> None:
-    """--set PROFILE.KEY=VALUE and --out DIR, as `sweep` and `tune` take them."""
-    parser.add_argument(
-        "--set",
-        action="append",
-        default=[],
-        metavar="PROFILE.KEY=VALUE",
-        help="override a profile parameter",
-    )
-    parser.add_argument(
-        "--out", type=Path, default=Path("runs"), help="parent directory (default runs/)"
-    )
+    """--set [PROFILE.]KEY=VALUE and --out DIR, as `sweep` and `tune` take them."""
+    options.add(parser, "set")
+    options.add(parser, "out")
 
 
 def load_gates_and_preset(

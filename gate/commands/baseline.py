@@ -1,4 +1,5 @@
-"""`batchgate baseline save RUN_DIR --name N | list | show N`: manage stored baselines."""
+"""`batchgate baseline save RUN_DIR --name N | list | show N [--baseline-dir DIR]`: manage stored
+baselines."""
 
 from __future__ import annotations
 
@@ -7,6 +8,7 @@ import json
 import sys
 
 from gate.baseline import BaselineError, BaselineStore, InvalidBaselineRun
+from gate.commands import _options as options
 from gate.commands._common import default_gates_path, load_gates, open_run, output_console
 from gate.errors import ExitCode, UsageError
 from gate.gates.file import load
@@ -18,30 +20,42 @@ __all__ = ["register", "run"]
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
-    parser = subparsers.add_parser(
+    parser = options.add_verb(
+        subparsers,
         "baseline",
         help="save, list or show baselines for regression gates",
         description="Baselines hold a run's statistics and provenance (default store "
-        ".batchgate/baselines under the current directory).",
+        ".batchgate/baselines under the current directory); --baseline-dir goes before or "
+        "after the action.",
     )
-    parser.add_argument("--dir", metavar="DIR", help="baseline store directory")
+    options.add(parser, "baseline_dir")
     actions = parser.add_subparsers(dest="action", metavar="ACTION")
-    save = actions.add_parser("save", help="save a run as a baseline")
-    save.add_argument("run_dir", metavar="RUN_DIR")
-    save.add_argument("--name", required=True)
+    epilog = options.EXIT_CODES["baseline"]
+    save = actions.add_parser("save", help="save a run as a baseline", epilog=epilog)
+    options.add(save, "run_dir", detail="the run to save")
     save.add_argument(
-        "--gates", metavar="FILE", help="also store every statistic this gates file uses"
+        "--name",
+        required=True,
+        metavar="NAME",
+        help="the baseline's name, as `--baseline NAME` of run, check and report takes it",
+    )
+    options.add(
+        save,
+        "gates",
+        detail=f"also store every statistic it uses ({options.LOCAL_GATES_DEFAULT})",
     )
     save.add_argument("--force", action="store_true", help="replace an existing baseline")
-    actions.add_parser("list", help="list baselines")
-    show = actions.add_parser("show", help="show one baseline")
-    show.add_argument("name")
+    listing = actions.add_parser("list", help="list baselines", epilog=epilog)
+    show = actions.add_parser("show", help="show one baseline", epilog=epilog)
+    show.add_argument("name", metavar="NAME", help="the baseline to show")
+    for action in (save, listing, show):
+        options.add(action, "baseline_dir", repeated=True)
     parser.set_defaults(func=run)
 
 
 def run(args: argparse.Namespace) -> int:
     out = output_console()
-    store = BaselineStore(args.dir)
+    store = BaselineStore(args.baseline_dir)
     try:
         if args.action == "save":
             # As `check` reads them: a gates file that is missing 2, invalid 4; a run path that

@@ -16,6 +16,7 @@ from typing import Any
 from rich.console import Console
 from rich.table import Table
 
+from gate.commands import _options as options
 from gate.commands._common import (
     add_common_arguments,
     load_gates_and_preset,
@@ -34,17 +35,16 @@ __all__ = ["register", "run"]
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
-    parser = subparsers.add_parser(
+    parser = options.add_verb(
+        subparsers,
         "calibrate",
         help="measure the target's unloaded service time and saturation capacity",
         description="Calibrate a target (the first phase of `batchgate run`): lone requests "
         "for the unloaded TTFT/E2E/TPOT/ITL, then a saturated closed loop for the capacity.",
     )
     add_common_arguments(parser)
-    parser.add_argument(
-        "--out", type=Path, default=Path("runs"), help="parent directory (default runs/)"
-    )
-    parser.add_argument("--run-id", help="name of the directory (default: time + random)")
+    options.add(parser, "out")
+    options.add(parser, "run_id")
     parser.set_defaults(func=run)
 
 

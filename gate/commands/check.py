@@ -13,6 +13,7 @@ import sys
 from dataclasses import replace
 from pathlib import Path
 
+from gate.commands import _options as options
 from gate.commands._common import (
     add_evaluation_arguments,
     find_gates_file,
@@ -31,21 +32,15 @@ __all__ = ["register", "run"]
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
-    parser = subparsers.add_parser(
+    parser = options.add_verb(
+        subparsers,
         "check",
         help="re-evaluate the gates on a saved run directory",
-        description="Judge a saved run directory against a gates file; exit codes in "
-        "docs/exit-codes.md.",
+        description="Judge a saved run directory against a gates file; writes verdicts.json, "
+        "junit.xml and summary.md into it.",
     )
-    parser.add_argument(
-        "run_dir", metavar="RUN_DIR", help="run directory (or one profile's directory)"
-    )
-    parser.add_argument(
-        "--gates",
-        metavar="FILE",
-        help="gates file (default: the run's own RUN_DIR/gates.yaml; ./gates.yaml for a run "
-        "without a manifest)",
-    )
+    options.add(parser, "run_dir", detail="or one profile's directory")
+    options.add(parser, "gates", detail=options.RUN_GATES_DEFAULT)
     add_evaluation_arguments(parser)
     parser.add_argument(
         "--no-write", action="store_true", help="do not write verdicts.json, junit.xml, summary.md"

@@ -16,6 +16,7 @@ from pathlib import Path
 
 from rich.console import Console
 
+from gate.commands import _options as options
 from gate.commands._common import (
     load_gates,
     open_run,
@@ -32,7 +33,8 @@ __all__ = ["register", "run"]
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
-    parser = subparsers.add_parser(
+    parser = options.add_verb(
+        subparsers,
         "compare",
         help="compare two saved runs: key metrics, verdicts, deltas and their noise",
         description="Side-by-side key metrics per profile and verdicts of two run directories; "
@@ -40,8 +42,11 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     )
     parser.add_argument("run_a", metavar="RUN_A", help="the reference run directory")
     parser.add_argument("run_b", metavar="RUN_B", help="the run compared against it")
-    parser.add_argument(
-        "--gates", metavar="FILE", help="evaluate both runs with this gates file (writes nothing)"
+    options.add(
+        parser,
+        "gates",
+        detail="evaluate both runs with it, writing nothing (default: each run's stored "
+        "verdicts.json)",
     )
     parser.add_argument("--json", action="store_true", help="print JSON instead of tables")
     parser.add_argument(

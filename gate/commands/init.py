@@ -6,6 +6,7 @@ import argparse
 import sys
 from pathlib import Path
 
+from gate.commands import _options as options
 from gate.errors import ExitCode
 from gate.gates.file import packaged_gates_path
 
@@ -13,13 +14,21 @@ __all__ = ["register", "run"]
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
-    parser = subparsers.add_parser(
+    parser = options.add_verb(
+        subparsers,
         "init",
         help="write the default gates.yaml (commented) to start from",
         description="Write the packaged default gates file, with the reasoning for each gate, "
         "to PATH (default ./gates.yaml); `batchgate run` then uses it from this directory.",
     )
-    parser.add_argument("path", nargs="?", type=Path, default=Path("gates.yaml"))
+    parser.add_argument(
+        "path",
+        nargs="?",
+        type=Path,
+        default=Path("gates.yaml"),
+        metavar="PATH",
+        help="the file to write (default ./gates.yaml)",
+    )
     parser.add_argument("--force", action="store_true", help="overwrite an existing file")
     parser.set_defaults(func=run)
 

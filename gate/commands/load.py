@@ -6,9 +6,12 @@ import argparse
 import os
 import sys
 
+from gate.commands import _options as options
+
 
 def register(subparsers: argparse._SubParsersAction) -> None:
-    parser = subparsers.add_parser(
+    parser = options.add_verb(
+        subparsers,
         "load",
         help="run a load profile against a target and write its records",
         description="Start the load generator. All flags go to "
@@ -27,5 +30,7 @@ def exec_with(argv: list[str]) -> int:
     """Replace this process with `python -m loadgen ARGV` (every flag, --help included, is
     theirs). exec: signals (SIGTERM drain, Ctrl-C) reach it directly."""
     argv = ["--help" if a == "--help-load" else a for a in argv]
-    os.execv(sys.executable, [sys.executable, "-m", "loadgen", *argv])
+    # Its --help and errors then say `batchgate load`, the command the user typed.
+    environ = {**os.environ, options.PROG_ENV: "batchgate load"}
+    os.execve(sys.executable, [sys.executable, "-m", "loadgen", *argv], environ)
     return 0  # not reached

@@ -16,6 +16,7 @@ from pathlib import Path
 
 from rich.console import Console
 
+from gate.commands import _options as options
 from gate.commands._common import (
     add_evaluation_arguments,
     find_gates_file,
@@ -39,26 +40,20 @@ __all__ = ["register", "run"]
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
-    parser = subparsers.add_parser(
+    parser = options.add_verb(
+        subparsers,
         "report",
         help="print the terminal report and (re)write report.html for a saved run",
         description="Re-evaluate a saved run (or read its verdicts.json), print the terminal "
-        "report and write a self-contained report.html with plots; exit codes as `check`.",
+        "report and write a self-contained report.html with plots.",
     )
-    parser.add_argument("run_dir", metavar="RUN_DIR", help="run directory")
-    parser.add_argument(
-        "--gates",
-        metavar="FILE",
-        help="gates file (default: the run's own RUN_DIR/gates.yaml; ./gates.yaml for a run "
-        "without a manifest)",
-    )
+    options.add(parser, "run_dir")
+    options.add(parser, "gates", detail=options.RUN_GATES_DEFAULT)
     parser.add_argument(
         "--saved", action="store_true", help="use the run's verdicts.json, do not re-evaluate"
     )
     add_evaluation_arguments(parser)
-    parser.add_argument(
-        "--out", metavar="FILE", help="where to write the page (default RUN_DIR/report.html)"
-    )
+    options.add(parser, "out_file", detail="the HTML report (default RUN_DIR/report.html)")
     parser.set_defaults(func=run)
 
 

@@ -20,6 +20,7 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
+from gate.commands import _options as options
 from gate.commands._common import default_gates_path
 from gate.errors import ExitCode, UsageError
 from gate.gates.equivalents import format_equivalents
@@ -34,29 +35,29 @@ TOKEN_ENV = "BATCHGATE_ADMIN_TOKEN"
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
-    parser = subparsers.add_parser(
+    parser = options.add_verb(
+        subparsers,
         "rollback",
         help="apply a batching preset from the gates file to a running server",
         description="PUT a named preset to the bundled server's /admin/batching and save the "
         "previous settings (roll forward with --from-file). For other servers, print the "
         "equivalent vLLM / Triton / TGI settings and change nothing.",
     )
-    parser.add_argument("--target", required=True, help="base URL of the server")
+    options.add(parser, "target", required=True, detail="the server to change")
     source = parser.add_mutually_exclusive_group(required=True)
     source.add_argument("--to", metavar="PRESET", help="preset name from the gates file")
     source.add_argument(
-        "--from-file", type=Path, help="settings saved by an earlier rollback (roll forward)"
-    )
-    parser.add_argument(
-        "--gates",
+        "--from-file",
         type=Path,
-        default=None,
-        help="gates file (default: ./gates.yaml if there is one, else the packaged default)",
+        metavar="FILE",
+        help="settings saved by an earlier rollback (roll forward)",
     )
-    parser.add_argument("--admin-token", default=None, help=f"admin token (default: ${TOKEN_ENV})")
+    options.add(parser, "gates", detail=options.LOCAL_GATES_DEFAULT)
+    options.add(parser, "admin_token")
     parser.add_argument(
         "--save-previous",
         type=Path,
+        metavar="FILE",
         default=None,
         help="where to save the previous settings (default: a timestamped file here)",
     )

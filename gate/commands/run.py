@@ -11,11 +11,11 @@ from __future__ import annotations
 import argparse
 import os
 import sys
-from pathlib import Path
 
 from rich.console import Console
 
 from gate.baseline import BaselineError, BaselineStore
+from gate.commands import _options as options
 from gate.commands._common import (
     add_common_arguments,
     load_gates_and_preset,
@@ -32,54 +32,31 @@ from gate.verdicts.model import Status
 
 __all__ = ["register", "run"]
 
-SCALES = ("smoke", "quick", "full")
-
 
 def register(subparsers: argparse._SubParsersAction) -> None:
-    parser = subparsers.add_parser(
+    parser = options.add_verb(
+        subparsers,
         "run",
         help="start the target (or use --target), run every profile, judge the gates",
         description="Run the launch gate: the bundled reference server (or --target URL), each "
         "traffic profile with the observers, then the gates of the gates file. Writes "
         "OUT/<run-id>/ (manifest.json, one directory per profile, verdicts.json, junit.xml, "
-        "summary.md, report.html). Exit: 0 pass, 1 a gate failed, 2 usage, 3 inconclusive, "
-        "4 invalid gates file, 5 no data / invalid measurement / run cut short.",
+        "summary.md, report.html).",
     )
     add_common_arguments(parser)
-    parser.add_argument(
-        "--profiles",
-        metavar="A,B,...",
-        help="profiles to run (default: the gates file's profiles: section)",
-    )
-    parser.add_argument(
-        "--scale",
-        choices=SCALES,
-        default="quick",
-        help="duration scale: smoke (CI, < 2 min), quick (< 10 min), full (default quick)",
-    )
-    parser.add_argument(
-        "--out",
-        type=Path,
-        default=Path("runs"),
-        help="parent directory of run directories (default runs/)",
-    )
-    parser.add_argument("--run-id", help="name of the run directory (default: time + random)")
-    parser.add_argument("--baseline", metavar="NAME", help="baseline for regression gates")
-    parser.add_argument(
-        "--baseline-dir", metavar="DIR", help="baseline store (default .batchgate/baselines)"
-    )
-    parser.add_argument(
-        "--inconclusive",
-        choices=("pass", "fail"),
-        help="override the gates file's inconclusive policy",
-    )
-    parser.add_argument(
-        "--set",
+    options.add(
+        parser,
+        "profile",
         action="append",
-        default=[],
-        metavar="PROFILE.KEY=VALUE",
-        help="override one profile parameter (on top of the gates file)",
+        detail="repeat, or comma-separate, to run several (default: the gates file's "
+        "profiles: section)",
     )
+    options.add(parser, "scale")
+    options.add(parser, "out")
+    options.add(parser, "run_id")
+    for key in ("baseline", "baseline_dir", "inconclusive"):
+        options.add(parser, key)
+    options.add(parser, "set")
     parser.set_defaults(func=run)
 
 
@@ -87,10 +64,9 @@ def run(args: argparse.Namespace) -> int:
     err = Console(stderr=True, highlight=False, soft_wrap=True)
     try:
         gates_file, preset = load_gates_and_preset(args)
-        names = choose_profiles(gates_file, args.profiles)
-        plans = resolve_plans(
-            names, gates_file, scale=args.scale, extra_overrides=parse_sets(args.set)
-        )
+        names = choose_profiles(gates_file, ",".join(args.profile) if args.profile else None)
+        sets = parse_sets(options.profile_sets(args.set, names, known=gates_file.profiles))
+        plans = resolve_plans(names, gates_file, scale=args.scale, extra_overrides=sets)
         baseline = None
         if args.baseline:
             baseline = BaselineStore(args.baseline_dir).load(args.baseline)

@@ -9,8 +9,8 @@ from __future__ import annotations
 import argparse
 import json
 import sys
-from pathlib import Path
 
+from gate.commands import _options as options
 from gate.errors import ExitCode
 from gate.observers.nvml_sampler import NvmlSampler, SamplerConfig
 from gate.observers.observer import ObserverConfigError
@@ -20,7 +20,8 @@ POLL_SECONDS = 0.2
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
-    parser = subparsers.add_parser(
+    parser = options.add_verb(
+        subparsers,
         "sample",
         help="sample GPU memory (NVML) or a process's resident memory into a JSONL file",
         description="Sample device memory, utilization, power and the process's own device "
@@ -29,7 +30,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         "Ctrl-C.",
     )
     parser.add_argument("--pid", type=int, required=True, help="PID of the server process")
-    parser.add_argument("--out", type=Path, required=True, help="JSONL file to append to")
+    options.add(parser, "out_file", required=True, detail="JSONL samples are appended to it")
     parser.add_argument("--hz", type=float, default=50.0, help="samples per second (default 50)")
     parser.add_argument("--duration", type=float, default=None, help="seconds to sample")
     parser.add_argument(

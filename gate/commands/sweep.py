@@ -18,6 +18,7 @@ from typing import Any
 from rich.console import Console
 from rich.table import Table
 
+from gate.commands import _options as options
 from gate.commands._common import (
     add_common_arguments,
     add_set_and_out_arguments,
@@ -43,14 +44,15 @@ SWEEP_FILE = "sweep.json"
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
-    parser = subparsers.add_parser(
+    parser = options.add_verb(
+        subparsers,
         "sweep",
         help="find the highest offered rate at which every gate passes",
         description="Capacity search: run one profile at increasing offered rates (double "
         "until a gate fails, then bisect) and report the knee and the gate that binds there.",
     )
     add_common_arguments(parser)
-    parser.add_argument("--profile", default="steady", help="profile to sweep (default steady)")
+    options.add(parser, "profile", detail="the one to sweep (default steady)")
     parser.add_argument(
         "--min-rate",
         type=float,
@@ -83,12 +85,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         help="extra tries of a point whose verdict is inconclusive (default 1)",
     )
     parser.add_argument("--max-points", type=int, default=12, help="most rates tried")
-    parser.add_argument(
-        "--scale",
-        choices=("smoke", "quick", "full"),
-        default="smoke",
-        help="duration scale of each point (default smoke)",
-    )
+    options.add(parser, "scale", detail="here each point's")
     add_set_and_out_arguments(parser)
     parser.set_defaults(func=run)
 
@@ -108,6 +105,7 @@ def run(args: argparse.Namespace) -> int:
     try:
         _validate(args)
         gates_file, preset = load_gates_and_preset(args)
+        args.set = options.profile_sets(args.set, [args.profile], known=gates_file.profiles)
         # Fail early on a bad profile or override, before any server starts.
         first_plans = resolve_plans(
             [args.profile], gates_file, scale=args.scale, extra_overrides=parse_sets(args.set)

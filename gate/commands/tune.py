@@ -18,6 +18,7 @@ from typing import Any
 
 from rich.console import Console
 
+from gate.commands import _options as options
 from gate.commands._common import (
     add_common_arguments,
     add_set_and_out_arguments,
@@ -46,14 +47,15 @@ _NAME = re.compile(r"^[a-z][a-z0-9_]*$")
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
-    parser = subparsers.add_parser(
+    parser = options.add_verb(
+        subparsers,
         "tune",
         help="choose batching settings for a workload by measuring them",
         description="Search batching settings for the ones that maximise a profile's objective "
         "while every gate passes with confidence; the winner becomes a named preset.",
     )
     add_common_arguments(parser)
-    parser.add_argument("--profile", required=True, help="the workload (a profile) to tune for")
+    options.add(parser, "profile", required=True, detail="the workload to tune for")
     parser.add_argument(
         "--knobs",
         help="comma-separated knobs to vary (default policy,max_wait_ms,max_num_seqs,"
@@ -76,12 +78,11 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     parser.add_argument(
         "--budget", default="10m", help="wall time for the search, e.g. 600s, 10m, 1h (default 10m)"
     )
-    parser.add_argument(
-        "--scale",
-        choices=("smoke", "quick", "full"),
-        default="smoke",
-        help="length of the first measurement of each candidate; promising ones are measured "
-        "again at the next scales (default smoke)",
+    options.add(
+        parser,
+        "scale",
+        detail="here the first measurement of each candidate's; promising ones are measured "
+        "again at the next scales",
     )
     parser.add_argument(
         "--server-cmd",
@@ -106,6 +107,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     parser.add_argument(
         "--write-gates",
         type=Path,
+        metavar="FILE",
         help="also add the winning preset to this gates file (made from the --gates file when "
         "it does not exist); without it the preset is only written into the tune directory "
         "(preset.yaml, and gates.yaml: the --gates file with it)",
@@ -140,6 +142,7 @@ def run(args: argparse.Namespace) -> int:
                 "reference settings; use fresh, auto or a calibration.json"
             )
         gates_file, preset = load_gates_and_preset(args)
+        args.set = options.profile_sets(args.set, [args.profile], known=gates_file.profiles)
         # Where the winner will go, checked now rather than after the whole search.
         check_preset_target(_preset_target(args), args.preset_name)
         parsed = parse_knobs(args.knobs, args.values)

@@ -1,6 +1,6 @@
 """Which profiles a run executes, with which parameter overrides, at which scale.
 
-Owns choosing the profiles (`--profiles`, else the gates file's `profiles:` section, else the
+Owns choosing the profiles (`--profile`, else the gates file's `profiles:` section, else the
 profiles its gates are scoped to, else the seed scenarios), merging the gates file's overrides
 with the command line's (`--set profile.key=value`), and resolving each through the load
 generator itself (`python -m loadgen --show-profile`, a child process: `gate` never imports
@@ -56,10 +56,10 @@ def choose_profiles(gates_file: GatesFile, requested: str | None) -> list[str]:
     if requested is not None:
         names = [n.strip() for n in requested.split(",") if n.strip()]
         if not names:
-            raise PlanError("--profiles names no profile")
+            raise PlanError("--profile names no profile")
         duplicates = sorted({n for n in names if names.count(n) > 1})
         if duplicates:
-            raise PlanError(f"--profiles repeats {', '.join(duplicates)}")
+            raise PlanError(f"--profile repeats {', '.join(duplicates)}")
         return names
     if gates_file.profiles:
         return list(gates_file.profiles)

@@ -2,7 +2,7 @@
 
 Owns selecting the gates that apply to the profiles being run (a gate scoped to profiles that
 are not run, or comparing to a reference profile that is not run, is skipped and listed, so
-`--profiles burst` judges the burst gates instead of reporting "no data" for the rest) and
+`--profile burst` judges the burst gates instead of reporting "no data" for the rest) and
 dropping, from the packaged default suite only, the gates the target cannot measure (listed with
 the reason: a user's own gate on such a metric stays and is judged "no data", never pass), and
 writing the effective gates file into the run directory (`gates.yaml`; the original text when

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
+import os
 import sys
 import types
 import typing
@@ -227,9 +228,12 @@ class _PrintTokenizerDir(argparse.Action):
 
 def build_parser() -> tuple[argparse.ArgumentParser, list[Flag]]:
     parser = argparse.ArgumentParser(
-        prog="python -m reference_server",
+        # `batchgate serve` execs this module with its own name (gate/commands/serve.py).
+        prog=os.environ.get("BATCHGATE_PROG") or "python -m reference_server",
         description="batchgate's reference server: an OpenAI-compatible API over a paged-KV "
         "engine with continuous / dynamic / static batching. See docs/server.md.",
+        epilog="exit codes: 0 stopped cleanly (SIGTERM or Ctrl-C, requests drained), 1 the "
+        "engine died, 2 usage error (a bad flag or value)",
     )
     parser.add_argument(
         "--print-tokenizer-dir",

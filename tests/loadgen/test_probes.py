@@ -82,6 +82,7 @@ def test_probes_are_marked_counted_and_answered_alone_and_under_load(fake_server
     alone = tmp_path / "alone"
     result = run_loadgen(
         "--target", server.url, "--profile", "consistency_probes", "--out", str(alone),
+        "--scale", "full",
     )  # fmt: skip
     assert result.returncode == 0, result.stderr
     answered = read_records(alone)

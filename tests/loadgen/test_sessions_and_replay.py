@@ -72,7 +72,7 @@ def test_chat_sessions_run_sends_each_turn_with_its_history(fake_server, tmp_pat
     server = fake_server("--ttft-ms", "1", "--itl-ms", "1")
     out = tmp_path / "sessions"
     result = run_loadgen(
-        "--target", server.url, "--profile", "chat_sessions", "--out", str(out),
+        "--target", server.url, "--profile", "chat_sessions", "--out", str(out), "--scale", "full",
         "--set", "sessions_total=6", "--set", "concurrent_sessions=2",
         "--set", "think_time_seconds=0.01", "--set", "system_prompt_tokens=64",
         "--set", 'turns={"kind": "uniform", "low": 2, "high": 4}',
@@ -184,7 +184,7 @@ def _replay(server, tmp_path: Path) -> Path:
     out = tmp_path / "trace"
     result = run_loadgen(
         "--target", server.url, "--profile", "trace", "--out", str(out),
-        "--set", f"path={_jsonl_trace(tmp_path)}", "--set", "time_scale=4",
+        "--set", f"path={_jsonl_trace(tmp_path)}", "--set", "time_scale=4", "--scale", "full",
     )  # fmt: skip
     assert result.returncode == 0, result.stderr
     return out
@@ -228,7 +228,7 @@ def test_a_bailian_turn_waits_for_its_parent_answer(fake_server, tmp_path) -> No
     out = tmp_path / "bailian"
     result = run_loadgen(
         "--target", server.url, "--profile", "trace", "--out", str(out),
-        "--set", f"path={path}", "--set", "format=bailian",
+        "--set", f"path={path}", "--set", "format=bailian", "--scale", "full",
     )  # fmt: skip
     assert result.returncode == 0, result.stderr
     first, second = sorted(read_records(out), key=lambda r: r["turn"])

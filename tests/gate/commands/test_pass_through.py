@@ -14,7 +14,7 @@ BATCHGATE = Path(sys.executable).parent / "batchgate"
 
 @pytest.mark.parametrize(
     ("verb", "usage"),
-    [("serve", "usage: python -m reference_server"), ("load", "usage: python -m loadgen")],
+    [("serve", "usage: batchgate serve"), ("load", "usage: batchgate load")],
 )
 def test_help_is_the_program_s_own(tmp_path, verb, usage):
     done = subprocess.run(
