@@ -1,6 +1,6 @@
 """Benchmark: a big Batch API job beside steady chat traffic on the bundled server.
 
-Runs `batchgate run --profiles offline_job` (the real load generator, the real server, its
+Runs `batchgate run --profile offline_job` (the real load generator, the real server, its
 calibration first) with the packaged default gates' `offline_job` profile scaled up: a job of
 `--lines` short lines (the calibration's short mix) submitted part-way through chat at
 `--chat-share` x the calibrated capacity, the chat long enough to span the job (the remaining
@@ -127,7 +127,7 @@ def main() -> int:
         gates = Path(tmp) / "gates.yaml"
         gates.write_text(gates_text(args.lines, args.chat_share, args.cap), encoding="utf-8")
         argv = [sys.executable, "-m", "gate.cli", "run", "--gates", str(gates)]
-        argv += ["--profiles", "offline_job", "--scale", "full", "--out", tmp, "--run-id", "job"]
+        argv += ["--profile", "offline_job", "--scale", "full", "--out", tmp, "--run-id", "job"]
         if args.preset or args.cap is not None:
             argv += ["--preset", args.preset or "bench_cap"]
         started = time.monotonic()

@@ -219,7 +219,7 @@ def main() -> int:
                     with condition(cond) as extra:
                         run_args = [*flags, *extra]
                         if profiles:
-                            run_args += ["--profiles", profiles]
+                            run_args += ["--profile", profiles]
                         runs.append(one_run(out, f"{cond}-{setting}-{i}", run_args))
                     r = runs[-1]
                     print(

@@ -306,7 +306,7 @@ def run_smoke(ctx: Context) -> Iterator[dict[str, Any]]:
         return (yield make_row("smoke", "batchgate run --scale smoke", "skipped",
                                note="--quick: a smoke run takes minutes"))  # fmt: skip
     run_id = f"gpu-check-{time.strftime('%Y%m%d-%H%M%S')}"
-    profiles = "--profiles=night_trickle,burst,mixed_lengths"  # the suite: 4 min on 2 CPUs
+    profiles = "--profile=night_trickle,burst,mixed_lengths"  # the suite: 4 min on 2 CPUs
     run = ["run", "--scale=smoke", profiles, f"--out={ctx.runs_dir}", f"--run-id={run_id}"]
     argv = [sys.executable, "-m", "gate.cli", *run, f"--server-arg=--device={ctx.device}"]
     # batchgate run needs up to ~20 s after SIGTERM: it drains, then kills, its server.

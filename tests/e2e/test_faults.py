@@ -21,7 +21,7 @@ from e2e_support import (
 )
 
 # Long enough (30 s at smoke scale) that the fault surely lands while the load runs.
-LONG_TRICKLE = ("--profiles", "night_trickle", "--set", "night_trickle.main_seconds=600")
+LONG_TRICKLE = ("--profile", "night_trickle", "--set", "night_trickle.main_seconds=600")
 
 
 def _start_and_wait_for_requests(out: Path, run_id: str):  # type: ignore[no-untyped-def]
@@ -116,8 +116,8 @@ def test_invalid_gates_file_exits_4_before_anything_starts(tmp_path: Path) -> No
     ("args", "message"),
     [
         (("--preset", "no_such_preset"), "unknown preset 'no_such_preset'"),
-        (("--profiles", "no_such_profile"), "no_such_profile"),
-        (("--set", "burst.no_such_param=1", "--profiles", "burst"), "no_such_param"),
+        (("--profile", "no_such_profile"), "no_such_profile"),
+        (("--set", "burst.no_such_param=1", "--profile", "burst"), "no_such_param"),
         (("--target", "ftp://example"), "--target must be an http(s) URL"),
     ],
     ids=["preset", "profile", "override", "target"],

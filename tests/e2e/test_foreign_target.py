@@ -48,7 +48,7 @@ def test_a_server_without_metrics_is_gated_on_what_it_can_show(tmp_path, plain_o
             "run",
             "--target",
             plain_openai_server,
-            "--profiles",
+            "--profile",
             "night_trickle,mixed_lengths",
             "--scale",
             "smoke",

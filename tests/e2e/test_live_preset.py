@@ -14,7 +14,7 @@ from e2e_support import RUN_TIMEOUT_SECONDS, batchgate_argv, read_json
 
 pytestmark = pytest.mark.slow
 
-SHORT = ("--profiles", "night_trickle", "--set", "night_trickle.main_seconds=200")
+SHORT = ("--profile", "night_trickle", "--set", "night_trickle.main_seconds=200")
 
 
 @pytest.fixture

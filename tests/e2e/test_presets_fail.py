@@ -58,7 +58,7 @@ CASES = [
 def test_failure_preset_fails_its_gate(
     tmp_path: Path, preset: str, profiles: str, gate_id: str, knob: str
 ) -> None:
-    done = run_batchgate(tmp_path, preset, "--preset", preset, "--profiles", profiles)
+    done = run_batchgate(tmp_path, preset, "--preset", preset, "--profile", profiles)
     assert done.code == 1, done.stdout[-4000:] + done.stderr[-4000:]
     verdicts = read_json(done.run_dir / "verdicts.json")
     assert verdicts["exit_code"] == 1

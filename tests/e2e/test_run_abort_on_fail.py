@@ -49,7 +49,7 @@ def test_a_sure_failure_stops_the_run_early_and_check_agrees(tmp_path: Path) -> 
         str(gates),
         "--scale",
         "smoke",
-        "--profiles",
+        "--profile",
         "steady,night_trickle",
         "--set",
         "steady.main_seconds=600",

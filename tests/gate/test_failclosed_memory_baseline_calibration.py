@@ -133,7 +133,7 @@ def test_baseline_save_refuses_a_run_whose_target_died(tmp_path, capsys):
     write_manifest(bad, ["steady"], ended="target_died")
     gates = write_gates(tmp_path / "gates.yaml", REGRESSION)
     store = tmp_path / "store"
-    save = ["baseline", "--dir", str(store), "save", str(bad), "--name", "main"]
+    save = ["baseline", "--baseline-dir", str(store), "save", str(bad), "--name", "main"]
     assert main([*save, "--gates", str(gates)]) == 5
     err = capsys.readouterr().err
     assert "not a valid measurement" in err and "target_died" in err

@@ -104,7 +104,7 @@ def test_a_baseline_of_the_wrong_shape_is_exit_2(tmp_path, capsys, data):
     store.mkdir()
     (store / "b.json").write_text(json.dumps(data))
     run = _run_with_its_own_gates(tmp_path)
-    assert main(["baseline", "--dir", str(store), "show", "b"]) == 2
+    assert main(["baseline", "--baseline-dir", str(store), "show", "b"]) == 2
     assert (
         main(["check", "--no-write", "--baseline", "b", "--baseline-dir", str(store), str(run)])
         == 2

@@ -113,7 +113,7 @@ def test_baseline_save_list_show_and_check_against_it(tmp_path, capsys):
         main(
             [
                 "baseline",
-                "--dir",
+                "--baseline-dir",
                 str(store),
                 "save",
                 str(run),
@@ -125,8 +125,8 @@ def test_baseline_save_list_show_and_check_against_it(tmp_path, capsys):
         )
         == 0
     )
-    assert main(["baseline", "--dir", str(store), "list"]) == 0
-    assert main(["baseline", "--dir", str(store), "show", "main"]) == 0
+    assert main(["baseline", "--baseline-dir", str(store), "list"]) == 0
+    assert main(["baseline", "--baseline-dir", str(store), "show", "main"]) == 0
     out = capsys.readouterr().out
     assert "saved baseline 'main'" in out and '"name": "main"' in out
     args = [
@@ -142,7 +142,7 @@ def test_baseline_save_list_show_and_check_against_it(tmp_path, capsys):
     assert main([*args, "--no-write"]) == 0
     assert main(["check", str(run), "--gates", str(gates), "--no-write"]) == 3  # no baseline given
     assert main([*args[:-2], "--baseline-dir", str(store), "--baseline", "nope"]) == 2
-    assert main(["baseline", "--dir", str(store), "show", "nope"]) == 2
+    assert main(["baseline", "--baseline-dir", str(store), "show", "nope"]) == 2
 
 
 def test_outside_a_terminal_gate_names_are_never_cut(tmp_path, capsys):
