@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import dataclasses
 from dataclasses import dataclass
+from itertools import chain
 from operator import itemgetter
 from pathlib import Path
 from typing import Any
@@ -110,12 +111,13 @@ def _from_records(path: Path, records: list[dict[str, Any]]) -> _Parsed:
             rows = [tuple(r.get(k) for k in STEP_FIELDS) for r in records]
         table = np.array(rows, dtype=np.float64).reshape(len(records), len(STEP_FIELDS))
     except (TypeError, ValueError) as exc:
-        raise RunDirError(f"{path}: step fields must be numbers: {exc}") from None
+        raise RunDirError(
+            _not_a_number(path, rows) or f"{path}: step fields must be numbers: {exc}"
+        ) from None
     # numpy reads true/false as 1/0: a boolean is no step count or time.
-    for number, row in enumerate(rows, start=1):
-        if bool in map(type, row):
-            field = STEP_FIELDS[list(map(type, row)).index(bool)]
-            raise RunDirError(f"{path}: record {number}: {field}: expected a number, got a boolean")
+    wrong = _not_a_number(path, rows)
+    if wrong is not None:
+        raise RunDirError(wrong)
     per_class: dict[str, dict[str, np.ndarray]] = {}
     for key in _GAUGES:
         try:
@@ -139,6 +141,22 @@ def _from_records(path: Path, records: list[dict[str, Any]]) -> _Parsed:
     except (TypeError, ValueError):
         raise RunDirError(f"{path}: seq: step records must number their steps") from None
     return columns, seq
+
+
+def _not_a_number(path: Path, rows: list[tuple[Any, ...]]) -> str | None:
+    """`file: record N: field: expected a number, got ...` for the first step field that is
+    not a number or null (a boolean too: numpy would read it as 1 or 0)."""
+    if set(map(type, chain.from_iterable(rows))) <= {int, float, type(None)}:
+        return None  # the usual file: one pass in C
+    for number, row in enumerate(rows, start=1):
+        for field, value in zip(STEP_FIELDS, row, strict=True):
+            if value is None or (isinstance(value, int | float) and not isinstance(value, bool)):
+                continue
+            got = (
+                "a boolean" if isinstance(value, bool) else f"{type(value).__name__} {value!r:.40}"
+            )
+            return f"{path}: record {number}: {field}: expected a number, got {got}"
+    return None
 
 
 def _check_gauges(path: Path, key: str, gauges: list[Any]) -> None:

@@ -133,7 +133,7 @@ def test_a_non_number_is_still_the_exact_readers_error(tmp_path):
     records = [_step(s) for s in range(5)]
     records[2]["duration_seconds"] = "slow"
     path = _write(tmp_path / "steps.jsonl", records)
-    with pytest.raises(RunDirError, match="step fields must be numbers"):
+    with pytest.raises(RunDirError, match="record 3: duration_seconds: expected a number, got str"):
         read_steps(path, [])
 
 
