@@ -125,14 +125,17 @@ class ConnectionGuard:
     def opened(self, conn: Any) -> Admission:
         self.open[conn] = None
         self.silent[conn] = None
-        for _ in range(2):  # again once a silent connection has given way
+        # Again after each silent connection that gives way, until there is a place or no
+        # silent one is left (each pass closes one, so this ends): an admitted silent one of
+        # another client frees no overflow place, and stopping there would have closed it for
+        # nothing and refused the newcomer anyway.
+        while True:
             if self._admit(conn):
                 return Admission.ADMITTED
             if len(self.open) - len(self.admitted) <= self.limits.overflow_allowance:
                 return Admission.OVERFLOW
             if not self._evict_silent(keep=conn):
-                break
-        return Admission.OVER_CEILING
+                return Admission.OVER_CEILING
 
     def heard_from(self, conn: Any) -> None:
         """`conn` has sent a byte: from now on it is never closed for another connection

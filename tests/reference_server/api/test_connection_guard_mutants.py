@@ -220,3 +220,24 @@ def test_the_silent_scan_is_bounded(monkeypatch: pytest.MonkeyPatch) -> None:
 
 def test_the_default_silent_scan_looks_at_64() -> None:
     assert cg._SILENT_SCAN == 64
+
+
+def test_past_the_ceiling_silent_connections_give_way_until_the_newcomer_has_a_place() -> None:
+    # The oldest silent connection is an admitted one of another client: closing it frees no
+    # overflow place for a newcomer whose own client is at its cap. The next silent one (an
+    # overflow connection) then gives way too, and the newcomer is overflow: never refused
+    # 503 at once while a silent connection was closed for it and a place is free.
+    guard = _guard(total=10, per_client=1, overflow=2)
+    silent_admitted = _Conn(guard, "2.2.2.2")
+    assert guard.opened(silent_admitted) is Admission.ADMITTED
+    a, b = _Conn(guard, "1.1.1.1"), _Conn(guard, "1.1.1.1")
+    assert guard.opened(a) is Admission.ADMITTED
+    assert guard.opened(b) is Admission.OVERFLOW
+    guard.heard_from(a), guard.heard_from(b)
+    silent_overflow = _Conn(guard, "1.1.1.1")
+    assert guard.opened(silent_overflow) is Admission.OVERFLOW
+    newcomer = _Conn(guard, "1.1.1.1")
+    assert guard.opened(newcomer) is Admission.OVERFLOW
+    assert silent_admitted.transport.closed and silent_overflow.transport.closed
+    assert guard.num_evicted == 2
+    assert len(guard.open) - len(guard.admitted) == 2  # b and the newcomer
