@@ -25,7 +25,6 @@ from __future__ import annotations
 
 import ast
 import sys
-from functools import lru_cache
 from pathlib import Path
 
 
@@ -42,6 +41,8 @@ class Repo:
         self.root = root
         self.tests = root / "tests"
         helpers = [p for p in self.tests.rglob("*.py") if not p.name.startswith("test_")]
+        self._reexport_cache: dict[str, dict[str, str]] = {}
+        self._import_cache: dict[Path, frozenset[str]] = {}
         self._helpers_by_stem: dict[str, list[Path]] = {}
         for p in helpers:
             self._helpers_by_stem.setdefault(p.stem, []).append(p)
@@ -54,9 +55,13 @@ class Repo:
             return base / "__init__.py"
         return None
 
-    @lru_cache(maxsize=None)
     def _reexports(self, package: str) -> dict[str, str]:
         """name -> submodule (dotted) for `from .sub import name` in package/__init__.py."""
+        if package not in self._reexport_cache:
+            self._reexport_cache[package] = self._read_reexports(package)
+        return self._reexport_cache[package]
+
+    def _read_reexports(self, package: str) -> dict[str, str]:
         init = self.root.joinpath(*package.split("."), "__init__.py")
         out: dict[str, str] = {}
         if not init.is_file():
@@ -74,9 +79,13 @@ class Repo:
                     out[alias.asname or alias.name] = source
         return out
 
-    @lru_cache(maxsize=None)
     def direct_imports(self, path: Path) -> frozenset[str]:
-        """Dotted names of the repo modules a file imports (re-exports resolved)."""
+        """Dotted names of the modules a file imports (package re-exports resolved)."""
+        if path not in self._import_cache:
+            self._import_cache[path] = self._read_imports(path)
+        return self._import_cache[path]
+
+    def _read_imports(self, path: Path) -> frozenset[str]:
         try:
             tree = ast.parse(path.read_text(encoding="utf-8"))
         except (SyntaxError, UnicodeDecodeError):
@@ -118,8 +127,9 @@ class Repo:
             stem = dotted.rsplit(".", 1)[-1]
             candidates = self._helpers_by_stem.get(stem, [])
             if dotted.startswith("tests."):
-                candidates = [c for c in candidates if module_name(str(c.relative_to(self.root)))
-                              == dotted]
+                candidates = [
+                    c for c in candidates if module_name(str(c.relative_to(self.root))) == dotted
+                ]
             local = [c for c in candidates if c.parent == test.parent]
             out.extend(local or candidates)
         directory = test.parent
@@ -172,22 +182,26 @@ def _importers_of(repo: Repo, dotted: set[str], top: str) -> dict[str, str]:
 def _select_through_importers(repo: Repo, module: str) -> dict[str, str]:
     """No test imports `module`: the tests of the nearest modules of its package that import
     it (its importers, then theirs, ...), so a module used only through another is still
-    tested by what exercises it."""
+    tested by what exercises it. The reason names the chain of imports."""
     seen = {module_name(module)}
-    frontier = set(seen)
+    chains = {module_name(module): module}  # module name -> "b.py, which imports a.py"
     top = Path(module).parts[0]
     for _ in range(4):
-        importers = _importers_of(repo, frontier, top)
-        if not importers:
+        nxt: dict[str, str] = {}
+        for name, path in _importers_of(repo, set(chains), top).items():
+            imported = repo.direct_imports(repo.root / path) & set(chains)
+            nxt[name] = f"{path}, which imports {chains[sorted(imported)[0]]}"
+        if not nxt:
             return {}
         found: dict[str, str] = {}
-        for path in importers.values():
-            for test, reason in _select_one(repo, path, by_name=False).items():
-                found.setdefault(test, f"{reason}, which imports {module}")
+        for _name, chain in sorted(nxt.items()):
+            path = chain.split(",", 1)[0]
+            for test in _select_one(repo, path, by_name=False):
+                found.setdefault(test, f"imports {chain}")
         if found:
             return found
-        frontier = set(importers) - seen
-        seen |= frontier
+        chains = {k: v for k, v in nxt.items() if k not in seen}
+        seen |= set(chains)
     return {}
 
 

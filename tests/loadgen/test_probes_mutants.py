@@ -73,9 +73,7 @@ def test_probe_request_asks_for_exactly_the_probe_length() -> None:
     assert r.body == probe.body and r.probe == 3
 
 
-@pytest.mark.parametrize(
-    ("count", "duration"), [(0, 10.0), (-1, 10.0), (4, 0.0), (4, -1.0)]
-)
+@pytest.mark.parametrize(("count", "duration"), [(0, 10.0), (-1, 10.0), (4, 0.0), (4, -1.0)])
 def test_probe_schedule_is_empty_without_probes_or_time(count: int, duration: float) -> None:
     assert probe_schedule(count, duration) == []
 
@@ -93,4 +91,4 @@ def test_probe_schedule_cycles_through_the_set() -> None:
     assert sent == [i % len(PROBE_SET) for i in range(count)]
     assert all(len(m) == PROBE_GROUP for _, m in groups[:-1]) and len(groups[-1][1]) == 1
     offsets = [t for t, _ in groups]
-    assert offsets == sorted(offsets) and 0 < offsets[0] and offsets[-1] < 12.0
+    assert offsets == sorted(offsets) and offsets[0] > 0 and offsets[-1] < 12.0

@@ -197,8 +197,11 @@ def test_a_context_with_no_room_for_a_prompt_is_refused(tmp_path: Path) -> None:
     # context 65: answers up to 32, room 65 - 32 - 32 = 1: still a prompt of one token.
     replay = build_replay(_params(path, context_tokens=65), default_window_seconds=100.0)
     assert replay.max_input_tokens == 1 and replay.max_output_tokens == 32
-    with pytest.raises(ConfigError, match=r"^context_tokens 64 leaves no room for a prompt "
-                       r"beside answers of up to 32 tokens: lower max_output_tokens$"):
+    with pytest.raises(
+        ConfigError,
+        match=r"^context_tokens 64 leaves no room for a prompt "
+        r"beside answers of up to 32 tokens: lower max_output_tokens$",
+    ):
         build_replay(_params(path, context_tokens=64), default_window_seconds=100.0)
     with pytest.raises(ConfigError, match="context_tokens 1 leaves no room"):
         build_replay(_params(path, context_tokens=1), default_window_seconds=100.0)

@@ -157,7 +157,7 @@ def test_each_refusal_has_its_status_type_and_a_message_naming_the_cause(code, s
 
 
 def test_only_health_and_metrics_are_exempt() -> None:
-    assert EXEMPT_PATHS == {b"/health", b"/metrics"}
+    assert {b"/health", b"/metrics"} == EXEMPT_PATHS
 
 
 # -- header limits ----------------------------------------------------------------------------
@@ -172,7 +172,7 @@ def test_a_head_at_the_header_count_is_served_and_one_more_header_is_refused_431
             status, _, body = await _read_answer(reader)
             assert (status, body) == (200, b"ok /a")
             writer.write(_get("/b", at + b"x-last: v\r\n"))
-            status, headers, body = await _read_answer(reader)
+            status, _headers, body = await _read_answer(reader)
             assert status == 431 and orjson.loads(body)["error"]["code"] == "header_too_large"
             assert await _read_to_eof(reader) == b""
             writer.close()
@@ -469,8 +469,13 @@ def test_on_shutdown_a_partial_next_head_gets_503_draining_and_a_quiet_one_is_cl
             await _read_answer(quiet_r)
             busy_r, busy_w = await server.connect()
             busy_w.write(_get("/hold"))
-            await server.until(lambda: len(server.scopes) == 3 and len(server.guard.open) == 3
-                               and sum(c._head_bytes > 0 for c in server.state.connections) == 2)
+            await server.until(
+                lambda: (
+                    len(server.scopes) == 3
+                    and len(server.guard.open) == 3
+                    and sum(c._head_bytes > 0 for c in server.state.connections) == 2
+                )
+            )
             for connection in list(server.state.connections):
                 connection.shutdown()
             status, _, body = await _read_answer(part_r)
