@@ -109,6 +109,17 @@ class Server:
         self._kept_log: str | None = None
         self.exit_code: int | None = None
 
+    def _in_child(self) -> None:
+        """Before exec: a process group of its own, so that a stop reaches the engine-core
+        child too and Ctrl-C reaches the benchmark only (which then stops the server in order).
+        Not a session of its own, unlike `batchgate run`'s children: Linux's autogroup
+        scheduler shares CPU time out per session, and the benchmarks' figures (server beside
+        offline engine, server beside load process) were all measured with the server in the
+        benchmark's session; a session apart would move its CPU share on a busy machine."""
+        os.setpgid(0, 0)
+        if self.at_normal_priority:
+            normal_priority()
+
     @classmethod
     def bundled(cls, *flags: str, **options: object) -> Server:
         """The bundled server (`python -m reference_server FLAGS`) with this interpreter."""
@@ -139,10 +150,7 @@ class Server:
             popen = subprocess.Popen(
                 argv, cwd=self.cwd, stdin=subprocess.DEVNULL, stdout=log,
                 stderr=subprocess.STDOUT, env={**os.environ, **self.env},
-                # Its own group, so a stop reaches the engine-core child too, and Ctrl-C
-                # reaches the benchmark only, which then stops the server in order.
-                start_new_session=True,
-                preexec_fn=normal_priority if self.at_normal_priority else None,
+                preexec_fn=self._in_child,
             )  # fmt: skip
         self._child = ChildProcess(name=self.name, popen=popen, argv=argv, log_path=log_path)
         began = time.monotonic()

@@ -6,6 +6,7 @@ its columns up. And every benchmark module imports as `benchmarks.<name>` (no sy
 from __future__ import annotations
 
 import ast
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -33,6 +34,10 @@ def test_a_given_command_is_served_then_stopped_with_its_log_kept() -> None:
         assert httpx.get(server.url + "/health", timeout=10).status_code == 200
         assert server.alive
         assert server.tree_rss_bytes() >= server.rss_bytes() > 0
+        # Its own process group (a stop reaches its children), the benchmark's session (the
+        # scheduler's autogroup shares CPU out per session, as when the figures were taken).
+        assert os.getpgid(server.pid) == server.pid != os.getpgid(0)
+        assert os.getsid(server.pid) == os.getsid(0)
         workdir = server.workdir
         assert workdir is not None
         assert (workdir / "server.log").exists()
