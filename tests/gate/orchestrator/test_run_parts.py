@@ -63,20 +63,8 @@ def test_every_default_preset_is_accepted_by_the_server_command_line() -> None:
 def test_suite_keeps_the_gates_of_the_profiles_run(tmp_path: Path) -> None:
     gates = load(GATES)
     text = GATES.read_text(encoding="utf-8")
-    full = select_suite(
-        gates,
-        text,
-        [
-            "night_trickle",
-            "burst",
-            "mixed_lengths",
-            "priority_mix",
-            "offline_job",
-            "trace",
-            "chat_sessions",
-        ],
-        tmp_path / "all",
-    )
+    # Every profile the file configures: a new profile's gates join the suite without an edit.
+    full = select_suite(gates, text, list(gates.profiles), tmp_path / "all")
     assert full.skipped == ()
     assert (tmp_path / "all" / "gates.yaml").read_text(encoding="utf-8") == text
     only = select_suite(gates, text, ["priority_mix"], tmp_path / "prio")
@@ -188,10 +176,7 @@ def test_without_a_batch_api_the_offline_job_gates_and_profile_are_left_out(
     from gate.orchestrator.target import TargetInfo
 
     gates = load(GATES)
-    profiles = [
-        "night_trickle", "burst", "mixed_lengths", "priority_mix", "offline_job", "trace",
-        "chat_sessions",
-    ]  # fmt: skip
+    profiles = list(gates.profiles)
     why = "the target has no Batch API (/v1/batches answered HTTP 404)"
     info = TargetInfo(
         url="http://127.0.0.1:9", server_kind="openai", model="m", batching=None, no_batch_api=why
