@@ -241,3 +241,29 @@ def test_past_the_ceiling_silent_connections_give_way_until_the_newcomer_has_a_p
     assert silent_admitted.transport.closed and silent_overflow.transport.closed
     assert guard.num_evicted == 2
     assert len(guard.open) - len(guard.admitted) == 2  # b and the newcomer
+
+
+def test_closing_a_connection_that_has_spoken_and_counting_each_eviction() -> None:
+    guard = _guard(total=2, per_client=2)
+    a, b = _Conn(guard, "1.1.1.1"), _Conn(guard, "1.1.1.1")
+    guard.opened(a), guard.opened(b)
+    guard.heard_from(a)  # no longer silent
+    guard.heard_from(a)  # twice: nothing to do
+    guard.closed(a)
+    assert a not in guard.open and list(guard.silent) == [b]
+    guard = _guard(total=1, per_client=1)
+    b = _Conn(guard, "1.1.1.1")
+    guard.opened(b)
+    for _ in range(2):  # two idle connections give way, one at a time
+        guard.set_idle(b, True)
+        newcomer = _Conn(guard, "1.1.1.1")
+        guard.opened(newcomer)
+        guard.heard_from(newcomer)
+        b = newcomer
+    assert guard.num_evicted == 2
+
+
+def test_a_malformed_host_is_never_trusted() -> None:
+    trusted = TrustedProxies("127.0.0.2")
+    assert "X127.0.0.2" not in trusted and "127.0.0.2X" not in trusted
+    assert "[127.0.0.2]" in trusted
