@@ -341,7 +341,10 @@ def _studentized_bounds(x: np.ndarray, mean: float, se: float, alpha: float) -> 
     spread = np.sqrt(np.maximum(squares - n * shift * shift, 0.0) / ((n - 1) * n))
     with np.errstate(divide="ignore", invalid="ignore"):
         # A constant resample has no spread: its T* is infinite (a cautious bound), 0 if on mean.
-        pivots = np.where(spread > 0, shift / spread, np.sign(shift) * np.inf)
+        # (np.sign(0) * inf is NaN, which would sort last and become a NaN bound.)
+        pivots = np.where(
+            spread > 0, shift / spread, np.where(shift == 0, 0.0, np.sign(shift) * np.inf)
+        )
     ordered = np.partition(pivots, [rank - 1, _RESAMPLES - rank])
     low_t, high_t = float(ordered[rank - 1]), float(ordered[_RESAMPLES - rank])
     return mean - high_t * se, mean - low_t * se
@@ -362,7 +365,10 @@ def _lognormal_bounds(x: np.ndarray, alpha: float) -> tuple[float, float]:
     by_sd, by_var = _pivot_draws(len(x))
     pivot = centre + math.sqrt(var) * by_sd + var * by_var
     low, high = np.quantile(pivot, [alpha, 1.0 - alpha])
-    return math.exp(float(low)), math.exp(float(high))
+    # Few samples and a high confidence can put the pivot's quantile past exp's range: the
+    # bound is then infinite (no bound), not an OverflowError.
+    with np.errstate(over="ignore"):
+        return float(np.exp(low)), float(np.exp(high))
 
 
 def mean_bounds(values: np.ndarray, *, confidence: float) -> Bounds:
