@@ -1,6 +1,6 @@
 """Overload relative to capacity: does every request the server cannot serve get an answer?
 
-Run: .venv/bin/python benchmarks/bench_overload.py [--repo DIR] [--requests 2000] [--levels 2,5,10]
+Run: .venv/bin/python -m benchmarks.bench_overload [--repo DIR] [--requests 2000] [--levels 2,5,10]
 (--repo: the checkout whose server to start, e.g. an unpacked `git archive` of older code, to
 measure before/after with the same client.) It starts `python -m reference_server` on
 127.0.0.1, port 0, with its defaults (plus --device cpu unless --server-args says otherwise):
@@ -38,12 +38,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-REPO_ROOT = Path(__file__).resolve().parents[1]
-for _path in (REPO_ROOT, Path(__file__).resolve().parent):
-    if str(_path) not in sys.path:
-        sys.path.insert(0, str(_path))
-
-from overload_client import (  # noqa: E402
+from benchmarks.overload_client import (
     NOT_OPENAI,
     REQUEST_TIMEOUT_SECONDS,
     Outcome,
@@ -54,6 +49,8 @@ from overload_client import (  # noqa: E402
     request_bytes,
     send_one,
 )
+
+REPO_ROOT = Path(__file__).resolve().parents[1]
 
 
 def p99(values: Sequence[float]) -> float | None:

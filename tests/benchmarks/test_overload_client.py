@@ -7,14 +7,10 @@ from __future__ import annotations
 import asyncio
 import socket
 import struct
-import sys
-from pathlib import Path
 
 import pytest
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "benchmarks"))
-
-from overload_client import counts, flood, request_bytes, send_one
+from benchmarks.overload_client import counts, flood, request_bytes, send_one
 
 _ERROR = b'{"error": {"code": "server_connection_limit"}}'
 _REFUSAL = (

@@ -11,18 +11,20 @@ from __future__ import annotations
 
 import asyncio
 import socket
-import sys
 from collections.abc import Iterator
-from pathlib import Path
 
 import httpx
 import pytest
 from conftest import ServerProcess, launch
 from server_testlib import metric, wait_until
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[3] / "benchmarks"))
-
-from overload_client import counts, flood, raise_open_file_limit, request_bytes, send_one
+from benchmarks.overload_client import (
+    counts,
+    flood,
+    raise_open_file_limit,
+    request_bytes,
+    send_one,
+)
 
 MARGIN_SECONDS = 120.0
 # Long enough that the running slots stay taken while the burst arrives; short enough for CI.
