@@ -105,6 +105,13 @@ def build_parser() -> argparse.ArgumentParser:
         "/metrics shows the bundled server, vLLM or SGLang",
     )
     p.add_argument(
+        "--drop-fields",
+        metavar="FIELD[,FIELD]",
+        help="leave these request-body fields out of every request (those a strict target "
+        "refuses, e.g. min_tokens,ignore_eos,top_k; `batchgate run` finds them itself); "
+        "load.json's dropped_fields lists them",
+    )
+    p.add_argument(
         "--closed-loop", action="store_true", help="closed loop: --users with think time"
     )
     p.add_argument("--users", type=int, help="closed-loop users")
@@ -170,6 +177,8 @@ def _overrides(args: argparse.Namespace) -> dict[str, Any]:
         "continuous_usage": args.continuous_usage,
     }
     out.update({k: v for k, v in flags.items() if v is not None})
+    if args.drop_fields is not None:
+        out["drop_fields"] = [f.strip() for f in args.drop_fields.split(",") if f.strip()]
     if args.closed_loop:
         out["mode"] = "closed"
     if args.no_stream:

@@ -1,7 +1,8 @@
 """The OpenAI-compatible client: sends one planned request and times every content chunk.
 
 Owns the request body for `/v1/chat/completions` and `/v1/completions` (streaming or not, with
-`stream_options.include_usage` and, when asked, vLLM's `continuous_usage_stats`), the
+`stream_options.include_usage` and, when asked, vLLM's `continuous_usage_stats`; less the fields
+the target refuses, `drop_fields`), the
 interpretation of OpenAI chunks (content vs role-only, per-chunk or final `usage`, finish
 reasons, in-stream errors), each content chunk's token count and where it came from
 (`chunk_tokens_source`), and the mapping of every failure to a record status with a reason.
@@ -63,6 +64,9 @@ class ClientConfig:
     # chunk's real token count. Only for targets known to accept it: a strict OpenAI server
     # refuses unknown stream options (the profile's "auto" is resolved before this point).
     continuous_usage: bool = False
+    # Top-level body fields left out of every request (the profile's `drop_fields`: what the
+    # target refuses), whoever set them: the profile, the request, a probe.
+    drop_fields: frozenset[str] = frozenset()
 
 
 class _Failure(Exception):
@@ -109,6 +113,10 @@ class OpenAIClient:
         # The request's own fields (thinking mode, sampling parameters, a probe's) win over the
         # profile's: they are what this request is about.
         body.update(req.body or {})
+        for name in cfg.drop_fields:
+            # Without min_tokens/ignore_eos an exact_output answer may end early; the records
+            # show its real length (load.json's `dropped_fields` says why).
+            body.pop(name, None)
         return body
 
     def path(self) -> str:

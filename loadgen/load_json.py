@@ -3,7 +3,9 @@
 Owns assembling the docs/records.md `load.json` object from the resolved profile, the worker
 summaries and the record counts (by status, and by where chunk token counts came from),
 including the measurement-validity verdict (schedule lag p99 and client CPU against their
-limits). It does not read requests.jsonl and does not write files.
+limits) and the request fields left out of every body (`dropped_fields`, and whether a trace
+replay's answer lengths were asked for exactly). It does not read requests.jsonl and does not
+write files.
 """
 
 from __future__ import annotations
@@ -50,6 +52,7 @@ def build_load_json(
         "max_schedule_lag_p99_seconds": float(p["max_schedule_lag_p99_seconds"]),
         "max_client_cpu_ratio": float(p["max_client_cpu_ratio"]),
     }
+    dropped = sorted(p.get("drop_fields") or [])
     reasons = []
     if lag["p99"] > limits["max_schedule_lag_p99_seconds"]:
         reasons.append(
@@ -97,18 +100,31 @@ def build_load_json(
         # `ok` streams that ended after their finish_reason (and usage) without `data: [DONE]`
         # (Hugging Face transformers serve): complete answers, counted so a reader knows.
         "streams_ended_without_done": sum(s.get("streams_without_done", 0) for s in summaries),
+        # Body fields left out of every request (the target refuses them): what they asked
+        # for (exact answer lengths, top_k, thinking) was not asked.
+        "dropped_fields": dropped,
         "limits": limits,
         "measurement_valid": not reasons,
         "invalid_reasons": reasons,
         "ended": ended,
     }
     if trace is not None:  # the trace profile: the replayed window and how many were clamped
-        load["trace"] = trace
+        load["trace"] = {**trace, "output_lengths_exact": _exact_lengths(p, dropped)}
     if batch_job is not None:
         # `window` stays the chat schedule's, which rates and latencies are measured over; the
         # job's own span (submitted_at .. ended_at) is in here, for server-side windows.
         load["batch_job"] = _batch_job_summary(batch_job)
     return load
+
+
+# What asks a target for exactly max_tokens (loadgen.client, exact_output).
+_EXACT_LENGTH_FIELDS = ("min_tokens", "ignore_eos")
+
+
+def _exact_lengths(params: dict[str, Any], dropped: list[str]) -> bool:
+    """Whether the replay asked for the trace's exact answer lengths: `exact_output` on and
+    neither of its fields dropped (without them an answer may end at the model's EOS)."""
+    return bool(params.get("exact_output")) and not set(dropped) & set(_EXACT_LENGTH_FIELDS)
 
 
 def _batch_job_summary(job: dict[str, Any]) -> dict[str, Any]:

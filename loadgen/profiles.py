@@ -60,6 +60,10 @@ COMMON_DEFAULTS: dict[str, Any] = {
     "mode": "open",
     "users": 4,
     "think_time_seconds": 0.0,
+    # Request-body fields left out of every request: those the target refuses (a strict
+    # OpenAI server answers 422 to min_tokens, ignore_eos, top_k, thinking_tokens, ...);
+    # `batchgate run` finds them at the start and passes them here (--drop-fields).
+    "drop_fields": [],
     # Answer-consistency probes sent during the profile (loadgen.probes; 0: none). Their
     # records are marked `probe` and count in the load; the gate compares their answers with
     # the same probes answered alone (the consistency_probes profile).
@@ -101,9 +105,22 @@ def _validate_common(p: dict[str, Any]) -> None:
         raise ConfigError(f"duration_seconds must be > 0, got {p['duration_seconds']}")
     if p["rate_rps"] is not None and float(p["rate_rps"]) <= 0:
         raise ConfigError(f"rate_rps must be > 0, got {p['rate_rps']}")
+    _validate_drop_fields(p["drop_fields"])
     probes = p["probes"]
     if isinstance(probes, bool) or not isinstance(probes, int) or probes < 0:
         raise ConfigError(f"probes must be a whole number >= 0, got {probes!r}")
+
+
+# The fields a request cannot go without: never dropped.
+ESSENTIAL_FIELDS = ("model", "messages", "prompt", "max_tokens", "stream")
+
+
+def _validate_drop_fields(fields: Any) -> None:
+    if not isinstance(fields, list) or not all(isinstance(f, str) and f for f in fields):
+        raise ConfigError(f"drop_fields must be a list of field names, got {fields!r}")
+    essential = sorted(set(fields) & set(ESSENTIAL_FIELDS))
+    if essential:
+        raise ConfigError(f"drop_fields cannot drop {', '.join(essential)}: every request needs it")
 
 
 def resolve(name: str, overrides: dict[str, Any] | None = None, scale: str = "full") -> ProfileSpec:

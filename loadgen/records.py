@@ -336,7 +336,7 @@ def validate_load_json(obj: Any) -> list[str]:
     if not isinstance(obj, dict):
         return ["load.json is not a JSON object"]
     problems = [f"missing key {k!r}" for k in sorted(_LOAD_KEYS - set(obj))]
-    optional = {"batch_job", "trace", "streams_ended_without_done"}
+    optional = {"batch_job", "trace", "streams_ended_without_done", "dropped_fields"}
     problems += [f"unknown key {k!r}" for k in sorted(set(obj) - _LOAD_KEYS - optional)]
     if problems:
         return problems
@@ -372,6 +372,9 @@ def validate_load_json(obj: Any) -> list[str]:
         problems.append("a valid measurement must not list invalid_reasons")
     if not obj["measurement_valid"] and not obj["invalid_reasons"]:
         problems.append("an invalid measurement must give its reasons")
+    dropped = obj.get("dropped_fields", [])
+    if not isinstance(dropped, list) or not all(isinstance(f, str) for f in dropped):
+        problems.append("dropped_fields must be a list of field names")
     if "batch_job" in obj:  # the offline_job profile only
         problems += _batch_job_problems(obj["batch_job"])
     return problems

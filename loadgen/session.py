@@ -64,6 +64,7 @@ class LoadSession:
                 extra_body=dict(p["extra_body"]),
                 # "auto" left unresolved (plain Locust) is "off": safe on any target.
                 continuous_usage=p["continuous_usage"] == "on",
+                drop_fields=frozenset(p["drop_fields"]),
             ),
         )
         self.cap = gevent.lock.BoundedSemaphore(int(p["max_concurrency"]))

@@ -3,8 +3,11 @@
 Owns the rule "a server-side gate needs these scrape names, or the bundled server's step records"
 per glossary metric, turned into a reason when the target has neither (a server without /metrics,
 or one whose name map marks the names not exposed: vLLM has no recomputed-token counter, no count
-of KV blocks in use), and the rule that the offline job's gates need the OpenAI Batch API. Other
-client-side, run and sampler gates are always measurable here. It does not drop gates
+of KV blocks in use), the rule that the offline job's gates need the OpenAI Batch API, and the
+rule that gates judging thinking requests need a target that lets a request turn thinking on
+(one that refuses `chat_template_kwargs` sends the reasoning mix's thinking requests as plain
+chat: their gates would compare chat with chat). Other client-side, run and sampler gates are
+always measurable here. It does not drop gates
 (`gate.orchestrator.suite`) or judge them.
 """
 
@@ -18,6 +21,8 @@ __all__ = [
     "BATCH_API_PROFILES",
     "SERVER_METRIC_FALLBACKS",
     "SERVER_METRIC_NEEDS",
+    "THINKING_PROFILES",
+    "THINKING_SWITCHES",
     "unmeasurable_reason",
 ]
 
@@ -47,6 +52,22 @@ SERVER_METRIC_FALLBACKS: dict[str, str] = {"prefix_cache_hit_ratio": "prefix_cac
 BATCH_API_PROFILES = ("offline_job",)
 
 
+# The profile whose thinking requests (length class `thinking`, stage `with_thinking`) ask the
+# target to think, and the request fields that turn thinking on (gate.orchestrator.request_fields
+# finds the refused ones; `thinking_tokens` only sets the bundled server's reasoning length).
+THINKING_PROFILES = ("reasoning_mix",)
+THINKING_SWITCHES = ("chat_template_kwargs",)
+
+
+def _judges_thinking(gate: Gate) -> bool:
+    scoped = set(gate.scope.profile or ())
+    if not scoped or not scoped <= set(THINKING_PROFILES):
+        return False
+    return "thinking" in (gate.scope.length_class or ()) or "with_thinking" in (
+        gate.scope.stage or ()
+    )
+
+
 def _needs_batch_api(gate: Gate) -> bool:
     scoped = set(gate.scope.profile or ())
     return gate.metric.startswith("batch_job_") or bool(
@@ -58,6 +79,13 @@ def unmeasurable_reason(gate: Gate, info: TargetInfo) -> str | None:
     """Why `info`'s target can never give `gate` a value; None when it can (or may)."""
     if info.no_batch_api is not None and _needs_batch_api(gate):
         return f"not measurable on this {info.server_kind} target ({info.no_batch_api})"
+    switches = [name for name in THINKING_SWITCHES if name in info.refused_fields]
+    if switches and _judges_thinking(gate):
+        return (
+            f"not measurable on this {info.server_kind} target (it refuses "
+            f"{', '.join(switches)}: no request can turn thinking on, so the thinking requests "
+            "would be plain chat)"
+        )
     entry = glossary.get_metric(gate.metric)
     if entry.source is not glossary.Source.SERVER:
         return None

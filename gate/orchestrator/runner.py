@@ -38,6 +38,7 @@ from gate.orchestrator.live_preset import apply_live_preset, restore_settings
 from gate.orchestrator.manifest import Manifest
 from gate.orchestrator.presets import server_flags
 from gate.orchestrator.processes import ChildProcess, ProcessError
+from gate.orchestrator.request_fields import refused_line
 from gate.orchestrator.restore_guard import RestoreGuard
 from gate.orchestrator.run_config import RunConfig, RunResult
 from gate.orchestrator.server import BundledServer, start_bundled_server
@@ -139,6 +140,9 @@ class _Run:
             + ("" if info.has_metrics else " (no /metrics: server-side gates not measurable)")
             + (", exact step records" if info.has_step_records else "")
         )
+        if info.refused_fields:
+            assert info.fields is not None
+            self.view.message(refused_line(info.refused_fields, info.fields.status))
         unmeasurable = {
             g.name: why
             for g in self.suite.gates_file.gates
@@ -187,12 +191,14 @@ class _Run:
 
     def _session_settings(self) -> SessionSettings:
         c = self.config
-        return c.session or SessionSettings(
+        settings = c.session or SessionSettings(
             scale=c.scale,
             api_key=c.api_key,
             admin_token=c.admin_token,
             load_workers=c.load_workers,
         )
+        refused = () if self.info is None else self.info.refused_fields
+        return dataclasses.replace(settings, drop_fields=refused) if refused else settings
 
     def calibrate(self) -> None:
         """The calibration phase (docs/calibration.md): measure or reuse, then resolve the

@@ -53,6 +53,9 @@ class SessionSettings:
     drain_timeout_seconds: float = 30.0
     load_stop_timeout_seconds: float = 20.0
     load_workers: int = 1  # Locust worker processes of the load generator (`--workers`)
+    # Request fields the target refuses (TargetInfo.refused_fields): the load generator leaves
+    # them out of every request (`--drop-fields`).
+    drop_fields: tuple[str, ...] = ()
 
     def __post_init__(self) -> None:
         for name in (
@@ -208,6 +211,8 @@ class ProfileSession:
             args += ["--api-key", self.settings.api_key]
         if self.settings.load_workers > 1:
             args += ["--workers", str(self.settings.load_workers)]
+        if self.settings.drop_fields:
+            args += ["--drop-fields", ",".join(self.settings.drop_fields)]
         return python_argv("loadgen", args)
 
     def _watch(self) -> RunFault | None:

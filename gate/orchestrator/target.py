@@ -2,7 +2,8 @@
 
 Owns the small HTTP exchanges the orchestrator makes outside the observers: the start-of-run
 look at the target (model from `/v1/models`, batching from `/admin/batching` where the server
-has it, server kind and histogram buckets from one `/metrics` scrape), the health probe used to
+has it, server kind and histogram buckets from one `/metrics` scrape, which request fields it
+refuses: `gate.orchestrator.request_fields`), the health probe used to
 notice a dead target, and the in-flight count (running + waiting, from `/metrics`) used to wait
 for the drain. Every call has a timeout and reports failure as a value, never a traceback.
 """
@@ -28,6 +29,7 @@ from gate.observers.namemaps import (
 )
 from gate.observers.prom_scraper import parse_exposition
 from gate.orchestrator.liveness import HealthProbe
+from gate.orchestrator.request_fields import FieldProbe, probe_fields
 
 __all__ = ["TargetClient", "TargetError", "TargetInfo", "settings_hash"]
 
@@ -40,6 +42,10 @@ class TargetError(BatchgateError, RuntimeError):
     def __init__(self, message: str, *, status_code: int | None = None) -> None:
         super().__init__(message)
         self.status_code = status_code  # the HTTP status that made it unusable, if any
+
+
+# A one-token answer; a busy or warming foreign server may still take a while.
+_FIELD_PROBE_TIMEOUT_SECONDS = 30.0
 
 
 def settings_hash(settings: dict[str, Any] | None) -> str | None:
@@ -64,6 +70,14 @@ class TargetInfo:
     unavailable: dict[str, str] = field(default_factory=dict)
     # None when the target has an OpenAI Batch API (/v1/batches), else why not.
     no_batch_api: str | None = None
+    # What the start-of-run request-field check found (gate.orchestrator.request_fields):
+    # the fields the load generator must leave out; None where it was not run (the bundled
+    # server, which takes every one of them).
+    fields: FieldProbe | None = None
+
+    @property
+    def refused_fields(self) -> tuple[str, ...]:
+        return () if self.fields is None else self.fields.refused
 
     def to_manifest(self) -> dict[str, Any]:
         return {
@@ -75,6 +89,8 @@ class TargetInfo:
             "model": self.model,
             "batching": self.batching,
             "batching_hash": settings_hash(self.batching),
+            "refused_fields": list(self.refused_fields),
+            "fields_check": None if self.fields is None else self.fields.note,
         }
 
 
@@ -158,6 +174,25 @@ class TargetClient:
         except (ValueError, AttributeError) as exc:
             raise TargetError(f"{self.url}/v1/models is not an OpenAI model list") from exc
         return body  # type: ignore[no-any-return]
+
+    def _post_chat(self, body: dict[str, Any]) -> tuple[int | None, str]:
+        """POST one small chat request: (HTTP status, why) or (None, why) without an answer."""
+        try:
+            response = self._client.post(
+                self.url + "/v1/chat/completions",
+                json=body,
+                headers=self._api_headers,
+                timeout=_FIELD_PROBE_TIMEOUT_SECONDS,
+            )
+        except httpx.HTTPError as exc:
+            return None, f"no answer to a one-token chat request: {type(exc).__name__}"
+        return response.status_code, f"HTTP {response.status_code}: {response.text[:200]}"
+
+    def check_fields(self, kind: str, model: str | None) -> FieldProbe | None:
+        """Which non-standard request fields the target refuses; None on the bundled server."""
+        if kind == "batchgate":
+            return None
+        return probe_fields(self._post_chat, model)
 
     def batching(self) -> dict[str, Any] | None:
         """The bundled server's live settings; None for servers without /admin/batching."""
@@ -270,6 +305,7 @@ class TargetClient:
             has_metrics=has_metrics,
             unavailable=_unavailable(kind, has_metrics),
             no_batch_api=self.batch_api_problem(),
+            fields=self.check_fields(kind, model),
         )
 
 

@@ -177,6 +177,8 @@ MANIFEST = obj(
         server_version=OPT_TEXT,
         batching=_n(mapping(ANY)),
         batching_hash=OPT_TEXT,
+        refused_fields=listing(TEXT),
+        fields_check=OPT_TEXT,
     ),
     hardware=_n(obj(cpu=OPT_TEXT, cpu_count=OPT_COUNT, gpu=OPT_TEXT, driver=OPT_TEXT)),
     profiles=mapping(
@@ -239,6 +241,7 @@ LOAD = obj(
     concurrency_cap=COUNT,
     cap_reached_count=COUNT,
     streams_ended_without_done=OPT_COUNT,  # absent in runs before it was counted
+    dropped_fields=listing(TEXT),
     limits=mapping(NUMBER),
     measurement_valid=BOOL,
     invalid_reasons=listing(TEXT),
@@ -255,6 +258,7 @@ LOAD = obj(
         max_output_tokens=OPT_COUNT,
         input_clamped=COUNT,
         output_clamped=COUNT,
+        output_lengths_exact=BOOL,
     ),
 )
 

@@ -1,8 +1,10 @@
 """`batchgate run --target URL` against Hugging Face `transformers serve --continuous-batching`
 (paged attention), a second real engine, from an empty directory with the packaged default
 suite: the kind is named `transformers`, its streams (which end after the finish_reason and
-usage chunks, without `data: [DONE]`) are complete answers, the calibration sweep saturates it,
-and every gate it cannot measure (no /metrics, no Batch API) is listed with the reason.
+usage chunks, without `data: [DONE]`) are complete answers, the request fields its strict
+schema refuses are found and left out (no HTTP 422 in any profile), the calibration sweep
+saturates it, and every gate it cannot measure (no /metrics, no Batch API) is listed with the
+reason.
 
 The target is a tiny random Llama built locally by scripts/transformers_target.py (no hub).
 Skipped, with the reason, when the `transformers` extra is not installed
@@ -119,6 +121,16 @@ def test_the_default_suite_runs_against_transformers_serve(tmp_path, transformer
     for requests in run_dir.glob("*/requests.jsonl"):
         statuses = [json.loads(line)["status"] for line in requests.read_text().splitlines()]
         assert "protocol_error" not in statuses, requests
+    # Its strict schema refuses our extension fields (422): the start-of-run check finds them,
+    # the load leaves them out, and no request of any profile (calibration included) is refused.
+    refused = set(manifest["target"]["refused_fields"])
+    assert {"min_tokens", "ignore_eos", "top_k", "thinking_tokens"} <= refused, manifest["target"]
+    assert "the target refuses the request fields" in out
+    for requests in run_dir.rglob("requests.jsonl"):
+        http = [json.loads(line)["http_status"] for line in requests.read_text().splitlines()]
+        assert 422 not in http, requests
+    for load_path in run_dir.rglob("load.json"):
+        assert set(read_json(load_path)["dropped_fields"]) == refused, load_path
     lines = (run_dir / "night_trickle" / "requests.jsonl").read_text().splitlines()
     plain = [r for r in map(json.loads, lines) if r.get("probe") is None]  # probes: issue 39
     load = read_json(run_dir / "night_trickle" / "load.json")

@@ -54,6 +54,14 @@ TUNABLE = (
     "content_ms",
     "vary_under_load",
 )
+# --strict-fields: the body fields OpenAI's API defines; any other is refused with HTTP 422 and
+# FastAPI's {"detail": ...} body, as Hugging Face `transformers serve` does.
+OPENAI_FIELDS = frozenset({
+    "model", "messages", "prompt", "max_tokens", "max_completion_tokens", "stream",
+    "stream_options", "temperature", "top_p", "seed", "presence_penalty", "frequency_penalty",
+    "logit_bias", "stop", "n", "user", "logprobs", "top_logprobs", "response_format", "tools",
+    "tool_choice", "echo", "suffix", "best_of",
+})  # fmt: skip
 
 
 class State:
@@ -76,6 +84,8 @@ class State:
         self.first_content_seconds: list[float] = []
         self.stop = threading.Event()
         self.tokenize: bool = args.tokenize
+        self.strict_fields: bool = getattr(args, "strict_fields", False)
+        self.refused_fields: dict[str, int] = {}  # field -> requests refused (422) for it
 
     def admit(self, path: str, user_agent: str = "") -> tuple[int, dict[str, Any], str]:
         """Count a completion request; return its number, a snapshot of options, its fault."""
@@ -123,6 +133,7 @@ class State:
                 "first_reasoning_seconds": list(self.first_reasoning_seconds[-10000:]),
                 "first_content_seconds": list(self.first_content_seconds[-10000:]),
                 "options": dict(self.opts),
+                "refused_fields": dict(self.refused_fields),
             }
 
 
@@ -186,12 +197,27 @@ class Handler(BaseHTTPRequestHandler):
         if self.path not in ("/v1/chat/completions", "/v1/completions"):
             self._json(404, {"error": {"message": f"no route {self.path}", "type": "not_found"}})
             return
+        if self.state.strict_fields and self._refuse_unknown(raw):
+            return
         read_at = time.monotonic()
         _, opts, fault = self.state.admit(self.path, self.headers.get("User-Agent", ""))
         try:
             self._complete(raw, opts, fault, read_at)
         finally:
             self.state.leave()
+
+    def _refuse_unknown(self, raw: bytes) -> bool:
+        try:
+            unknown = sorted(set(json.loads(raw or b"{}")) - OPENAI_FIELDS)
+        except (ValueError, TypeError):
+            return False  # not an object: _complete answers it
+        if not unknown:
+            return False
+        with self.state.lock:
+            for name in unknown:
+                self.state.refused_fields[name] = self.state.refused_fields.get(name, 0) + 1
+        self._json(422, {"detail": f"Unexpected fields in the request: {set(unknown)}"})
+        return True
 
     def _control(self, raw: bytes) -> None:
         try:
@@ -442,6 +468,11 @@ def build_parser() -> argparse.ArgumentParser:
     )
     p.add_argument(
         "--tokenize", action="store_true", help="serve llama.cpp's POST /tokenize (word counts)"
+    )
+    p.add_argument(
+        "--strict-fields",
+        action="store_true",
+        help="refuse a body field OpenAI does not define with HTTP 422 (transformers serve)",
     )
     return p
 
