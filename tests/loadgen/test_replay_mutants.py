@@ -67,7 +67,7 @@ def test_the_default_window_and_an_explicit_one(tmp_path: Path) -> None:
     short = build_replay(_params(path), default_window_seconds=1.5)
     assert len(short.requests) == 2 and short.duration_seconds == 1.5
     explicit = build_replay(
-        _params(path, start_seconds=1.0, duration_seconds=2.0), default_window_seconds=1.5
+        _params(path, start_seconds=1.0, duration_seconds=2.0), default_window_seconds=100.0
     )
     assert [r.timestamp_seconds for r in explicit.requests] == [0.0, 1.0]
     assert [r.input_tokens for r in explicit.requests] == [300, 40]
@@ -203,7 +203,10 @@ def test_a_context_with_no_room_for_a_prompt_is_refused(tmp_path: Path) -> None:
         r"beside answers of up to 32 tokens: lower max_output_tokens$",
     ):
         build_replay(_params(path, context_tokens=64), default_window_seconds=100.0)
-    with pytest.raises(ConfigError, match="context_tokens 1 leaves no room"):
+    with pytest.raises(
+        ConfigError,
+        match="context_tokens 1 leaves no room for a prompt beside answers of up to 1 tokens",
+    ):
         build_replay(_params(path, context_tokens=1), default_window_seconds=100.0)
 
 
@@ -233,3 +236,18 @@ def test_window_lines_round_timestamps_and_carry_what_is_set() -> None:
                     "block_tokens": 8, "session": "s1", "trace_index": 0}  # fmt: skip
     assert list(line) == ["timestamp", "input_tokens", "output_tokens", "hash_ids",
                           "block_tokens", "session", "trace_index"]  # fmt: skip
+
+
+def test_a_rate_below_one_token_per_second_is_a_rate() -> None:
+    import tempfile
+
+    with tempfile.TemporaryDirectory() as tmp:
+        path = _trace(Path(tmp), _ROWS)
+        replay = build_replay(_params(path, time_scale={"output_tokens_per_second": 0.5}),
+                              default_window_seconds=100.0)  # fmt: skip
+    assert replay.time_scale == pytest.approx(0.5 / 120.0)
+
+
+def test_the_format_asked_for_is_the_one_read(tmp_path: Path) -> None:
+    with pytest.raises(ConfigError):
+        build_replay(_params(_trace(tmp_path, _ROWS), format="azure"), default_window_seconds=9)
