@@ -610,7 +610,7 @@ def test_uvicorn_options_follow_the_config() -> None:
 
 
 class _Limits:
-    def __init__(self, soft: int, hard: int, *, refuse: bool = False) -> None:
+    def __init__(self, soft: int, hard: int, *, refuse: type[Exception] | None = None) -> None:
         self.soft, self.hard, self.refuse = soft, hard, refuse
         self.calls: list[tuple[int, int]] = []
 
@@ -621,21 +621,22 @@ class _Limits:
     def setrlimit(self, which: int, value: tuple[int, int]) -> None:
         assert which == resource.RLIMIT_NOFILE
         self.calls.append(value)
-        if self.refuse:
-            raise ValueError("not permitted")
+        if self.refuse is not None:
+            raise self.refuse("not permitted")
         self.soft = value[0]
 
 
 @pytest.mark.parametrize(
     ("soft", "hard", "refuse", "calls", "warns"),
     [
-        (200, 1_000_000, False, [(456, 1_000_000)], False),  # raised to what the caps hold
-        (200, resource.RLIM_INFINITY, False, [(456, resource.RLIM_INFINITY)], False),
-        (456, 1_000_000, False, [], False),  # exactly enough already
-        (resource.RLIM_INFINITY, resource.RLIM_INFINITY, False, [], False),
-        (100, 300, False, [(300, 300)], True),  # the hard limit stops short
-        (100, 1_000_000, True, [(456, 1_000_000)], True),  # refused by the system
-        (300, 300, False, [], True),  # nothing to raise
+        (200, 1_000_000, None, [(456, 1_000_000)], False),  # raised to what the caps hold
+        (200, resource.RLIM_INFINITY, None, [(456, resource.RLIM_INFINITY)], False),
+        (456, 1_000_000, None, [], False),  # exactly enough already
+        (resource.RLIM_INFINITY, resource.RLIM_INFINITY, None, [], False),
+        (100, 300, None, [(300, 300)], True),  # the hard limit stops short
+        (100, 1_000_000, ValueError, [(456, 1_000_000)], True),  # refused by the system
+        (100, 1_000_000, OSError, [(456, 1_000_000)], True),  # refused by the system
+        (300, 300, None, [], True),  # nothing to raise
     ],
 )
 def test_raise_open_file_limit(monkeypatch, soft, hard, refuse, calls, warns) -> None:
@@ -653,3 +654,22 @@ def test_raise_open_file_limit(monkeypatch, soft, hard, refuse, calls, warns) ->
         )
     else:
         assert warning is None
+
+
+def test_uvicorns_400_path_answers_with_the_refusal_it_found() -> None:
+    # uvicorn calls send_400_response for requests its own checks reject: the answer is the
+    # refusal this protocol already chose (431 for a head over the limits), else a plain 400.
+    async def main() -> None:
+        async with _serve(_limits()) as server:
+            for refusal, status in ((None, 400), ("header_too_large", 431)):
+                reader, writer = await server.connect()
+                writer.write(b"GET /")
+                await server.until(lambda: not server.guard.silent)
+                (protocol,) = [c for c in server.state.connections if not c._lingering]
+                protocol._refusal = refusal
+                protocol.send_400_response("invalid")
+                assert (await _read_answer(reader))[0] == status
+                assert await _read_to_eof(reader) == b""
+                writer.close()
+
+    _run(main())
