@@ -98,7 +98,7 @@ def test_the_default_suite_runs_against_transformers_serve(tmp_path, transformer
     out = done.stdout + done.stderr
     run_dir = tmp_path / "runs" / "tfm"
     print(f"transformers serve: exit {done.returncode} in {took:.0f} s")
-    print(done.stdout[-6000:])
+    print(done.stdout[-9000:])
     # A run that measured: passed, failed, inconclusive or no data for some gate; never a
     # usage error, an invalid gates file or a crash.
     assert done.returncode in (0, 1, 3, 5), out[-4000:]
@@ -124,6 +124,7 @@ def test_the_default_suite_runs_against_transformers_serve(tmp_path, transformer
     # Its strict schema refuses our extension fields (422): the start-of-run check finds them,
     # the load leaves them out, and no request of any profile (calibration included) is refused.
     refused = set(manifest["target"]["refused_fields"])
+    print(f"refused fields: {sorted(refused)} ({manifest['target']['fields_check']})")
     assert {"min_tokens", "ignore_eos", "top_k", "thinking_tokens"} <= refused, manifest["target"]
     assert "the target refuses the request fields" in out
     for requests in run_dir.rglob("requests.jsonl"):
