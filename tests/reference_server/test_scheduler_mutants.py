@@ -100,3 +100,62 @@ def test_the_slo_policy_applies_the_cap_as_continuous_does() -> None:
     for _ in range(3):
         loop.step(now=0.0)
     assert _running(loop, "batch") == 2
+
+
+# -- remove() and strict sampling alignment ---------------------------------------------------
+
+
+def test_remove_keeps_the_cached_prefix_unless_told_to_discard_it() -> None:
+    from reference_server.sampling_params import SamplingParams
+    from reference_server.sequence import Sequence
+
+    def probe(loop: FakeEngineLoop) -> int:
+        twin = Sequence("twin", list(range(1, 10)), SamplingParams(), priority="interactive",
+                        arrival_time=0.0)  # fmt: skip
+        return len(loop.block_manager.find_cached_prefix(twin))
+
+    for discard, expected in ((None, 2), (False, 2), (True, 0)):
+        loop = FakeEngineLoop(num_blocks=64, enable_prefix_caching=True)
+        seq = loop.add("a", prompt_len=9, max_tokens=5)
+        loop.step()
+        if discard is None:
+            loop.scheduler.remove(seq)  # finished or aborted: its full blocks stay cached
+        else:
+            loop.scheduler.remove(seq, discard_cached=discard)
+        assert probe(loop) == expected, discard
+
+
+def _aligned_loop() -> tuple[FakeEngineLoop, dict[str, object]]:
+    from reference_server.sampling_params import SamplingParams
+    from reference_server.sequence import Sequence
+
+    loop = FakeEngineLoop(num_blocks=64, sampling_alignment="strict", max_num_seqs=8)
+    signatures = {"a1": ("a",), "b": ("b",), "a2": ("a",)}
+    for order, (request_id, signature) in enumerate(signatures.items(), start=1):
+        seq = Sequence(request_id, [1, 2, 3, 4], SamplingParams(max_tokens=12),
+                       priority="interactive", arrival_time=0.0, order=order,
+                       signature=signature)  # fmt: skip
+        loop.seqs[request_id] = seq
+        loop.max_tokens[request_id] = 12
+        loop.scheduler.add(seq)
+    return loop, signatures
+
+
+def test_strict_alignment_serves_one_signature_a_step_and_every_sequence_of_it() -> None:
+    loop, signatures = _aligned_loop()
+    outputs = loop.run()
+    assert all(loop.seqs[r].finish_reason == "length" for r in signatures)
+    served_together = 0
+    for out in outputs:
+        chunk_ids = [chunk.seq.request_id for chunk in out.chunks]
+        assert len({signatures[r] for r in chunk_ids}) <= 1, chunk_ids  # one signature a step
+        if "a1" in chunk_ids:
+            # a1 and a2 share a signature: a step that serves a1 serves a2 while it runs, even
+            # with b (another signature's, skipped and keeping its KV) between them.
+            a2 = loop.seqs["a2"]
+            if a2.first_scheduled_time is not None and "a2" not in chunk_ids:
+                assert len(a2.output_token_ids) == 12 or a2.num_computed_tokens == 0
+            served_together += "a2" in chunk_ids
+    assert served_together >= 5
+    steps_b = sum(any(c.seq.request_id == "b" for c in out.chunks) for out in outputs)
+    assert steps_b >= 12  # b's turns come: it is never starved by the larger group
