@@ -159,3 +159,14 @@ def test_strict_alignment_serves_one_signature_a_step_and_every_sequence_of_it()
     assert served_together >= 5
     steps_b = sum(any(c.seq.request_id == "b" for c in out.chunks) for out in outputs)
     assert steps_b >= 12  # b's turns come: it is never starved by the larger group
+
+
+def test_a_sequence_preempted_twice_counts_both() -> None:
+    # Five blocks of 4 tokens, three sequences that each grow to 4 blocks: the youngest gives
+    # way twice, the next once, the oldest never.
+    loop = FakeEngineLoop(num_blocks=5, block_size=4, max_num_seqs=8, max_num_batched_tokens=64)
+    for i in range(3):
+        loop.add(f"s{i}", prompt_len=4, max_tokens=10, arrival_time=float(i))
+    outputs = loop.run(max_steps=500)
+    assert [loop.seqs[f"s{i}"].num_preemptions for i in range(3)] == [0, 1, 2]
+    assert sum(out.num_preemptions for out in outputs) == 3
