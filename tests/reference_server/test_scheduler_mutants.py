@@ -170,3 +170,21 @@ def test_a_sequence_preempted_twice_counts_both() -> None:
     outputs = loop.run(max_steps=500)
     assert [loop.seqs[f"s{i}"].num_preemptions for i in range(3)] == [0, 1, 2]
     assert sum(out.num_preemptions for out in outputs) == 3
+
+
+def test_a_single_chat_request_waiting_for_its_signatures_turn_caps_the_batch_class() -> None:
+    from reference_server.sampling_params import SamplingParams
+    from reference_server.sequence import Sequence
+
+    loop = _loop(sampling_alignment="strict")
+    requests = [("chat", "interactive", ("a",))]
+    requests += [(f"bg{i}", "batch", ("b",)) for i in range(5)]
+    for order, (request_id, priority, signature) in enumerate(requests, start=1):
+        seq = Sequence(request_id, [1, 2, 3, 4], SamplingParams(max_tokens=50), priority=priority,
+                       arrival_time=0.0, order=order, signature=signature)  # fmt: skip
+        loop.seqs[request_id] = seq
+        loop.max_tokens[request_id] = 50
+        loop.scheduler.add(seq)
+    out = loop.step(now=100.0)  # the first turn is the batch signature's: the chat waits
+    assert [c.seq.request_id for c in out.chunks] == ["bg0", "bg1"]
+    assert loop.scheduler.num_waiting_by_class["interactive"] == 1
