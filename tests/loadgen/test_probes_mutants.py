@@ -92,3 +92,8 @@ def test_probe_schedule_cycles_through_the_set() -> None:
     assert all(len(m) == PROBE_GROUP for _, m in groups[:-1]) and len(groups[-1][1]) == 1
     offsets = [t for t, _ in groups]
     assert offsets == sorted(offsets) and offsets[0] > 0 and offsets[-1] < 12.0
+
+
+def test_a_schedule_shorter_than_a_second_still_sends_its_probes() -> None:
+    assert probe_schedule(2, 0.5) == [(0.25, [0, 1])]
+    assert probe_schedule(1, 1.0) == [(0.5, [0])]
