@@ -19,7 +19,7 @@ pytestmark = pytest.mark.slow
 
 PROFILES = (
     "night_trickle", "burst", "mixed_lengths", "priority_mix", "offline_job", "trace",
-    "chat_sessions",
+    "chat_sessions", "reasoning_mix", "sampling_mix",
 )  # fmt: skip
 PROFILE_FILES = ("requests.jsonl", "load.json", "scrapes.jsonl", "gpu.jsonl", "steps.jsonl")
 
