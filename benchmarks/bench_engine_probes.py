@@ -137,9 +137,7 @@ def probe_settings(repo: Path) -> dict[str, Any]:
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--repo", type=Path, default=REPO_ROOT)
-    parser.add_argument(
-        "--out", default=str(RESULTS_DIR / "engine_probes.json")
-    )
+    parser.add_argument("--out", default=str(RESULTS_DIR / "engine_probes.json"))
     args = parser.parse_args()
     results = {"repo": str(args.repo), "3_4": probe_embedding(args.repo),
                "8": probe_settings(args.repo)}  # fmt: skip

@@ -251,9 +251,7 @@ def main() -> int:
     parser.add_argument("--stalled", type=int, default=100)
     parser.add_argument("--wait", type=float, default=15.0)
     parser.add_argument("--only", default="1,2,5,6,7")
-    parser.add_argument(
-        "--out", type=Path, default=RESULTS_DIR / "hostile_clients.json"
-    )
+    parser.add_argument("--out", type=Path, default=RESULTS_DIR / "hostile_clients.json")
     args = parser.parse_args()
     repo = args.repo.resolve()
     only = set(args.only.split(","))

@@ -241,9 +241,7 @@ def main() -> int:
         "side (default)",
     )
     parser.add_argument("--offline-only", action="store_true", help=argparse.SUPPRESS)
-    parser.add_argument(
-        "--output", default=str(RESULTS_DIR / "server.json")
-    )
+    parser.add_argument("--output", default=str(RESULTS_DIR / "server.json"))
     args = parser.parse_args()
     for name in ("requests", "prompt_tokens", "max_tokens", "max_num_seqs", "repeats",
                  "max_num_batched_tokens", "low_load_requests", "torch_threads"):  # fmt: skip

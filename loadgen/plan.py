@@ -94,9 +94,10 @@ class RequestFactory:
             stage = ""
         deck = self._decks.get(stage)
         if deck is None:
-            classes = tuple(
-                c for c in self._spec_classes if c.stages is None or stage in c.stages
-            ) or self._spec_classes
+            classes = (
+                tuple(c for c in self._spec_classes if c.stages is None or stage in c.stages)
+                or self._spec_classes
+            )
             deck = self._decks[stage] = _ClassDeck(self._spec, self._stream, classes)
         return deck
 

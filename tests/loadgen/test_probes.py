@@ -35,7 +35,7 @@ def test_probe_schedule_spreads_groups_over_the_profile() -> None:
 def test_probes_must_be_a_whole_number(value) -> None:
     from loadgen.errors import ConfigError
 
-    with pytest.raises(ConfigError, match="'?probes'? must be"):
+    with pytest.raises(ConfigError, match=r"'?probes'? must be"):
         resolve("steady", {"probes": value})
 
 

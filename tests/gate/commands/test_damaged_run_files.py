@@ -91,7 +91,15 @@ def _command(name: str, run: Path, pristine: Path, scratch: Path) -> list[str]:
         "check": ["check", "--no-write", str(run)],
         "report --saved": ["report", "--saved", str(run), "--out", str(scratch / "r.html")],
         "compare": ["compare", str(pristine), str(run), "--json"],
-        "baseline save": ["baseline", "--baseline-dir", str(scratch / "b"), "save", str(run), "--name", "b"],
+        "baseline save": [
+            "baseline",
+            "--baseline-dir",
+            str(scratch / "b"),
+            "save",
+            str(run),
+            "--name",
+            "b",
+        ],
     }[name]
 
 

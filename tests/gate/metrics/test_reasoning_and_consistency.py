@@ -109,9 +109,7 @@ gates:
 
 
 @pytest.mark.parametrize(("kind", "status"), [("batchgate", "fail"), ("vllm", "warn")])
-def test_a_mismatch_fails_on_the_bundled_server_and_warns_on_a_foreign_one(
-    tmp_path, kind, status
-):
+def test_a_mismatch_fails_on_the_bundled_server_and_warns_on_a_foreign_one(tmp_path, kind, status):
     _alone(tmp_path, ["aaaa", "bbbb", "cccc", "dddd"])
     write_profile(tmp_path, "steady", request_records(5) + _probe_records(["aaaa", "bXbb"]))
     write_manifest(tmp_path, ["steady"])
