@@ -70,7 +70,7 @@ def monitor_interval(
         if statistic == "rate" and measurement.window_seconds > 0:
             # Requests arrive as a Poisson count; each carries hits/total of the events on
             # average (1 or 0 for goodput, many tokens for output_tokens): var ~ hits * max(1, k).
-            z = _normal_quantile(0.5 + level / 2)
+            z = _normal_quantile(level)  # `level` is already one-sided (two_sided above)
             per_request = measurement.hits / measurement.total
             spread = z * math.sqrt(measurement.hits * max(1.0, per_request))
             seconds = measurement.window_seconds

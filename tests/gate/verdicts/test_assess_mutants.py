@@ -40,7 +40,8 @@ def test_the_monitor_interval_of_a_share_is_clopper_pearson() -> None:
 
 
 def _rate_interval(hits: int, total: int, seconds: float, confidence: float):
-    z = NormalDist().inv_cdf(0.5 + two_sided(confidence) / 2)
+    # A two-sided interval at `confidence`: z = 1.645 at 0.9, 1.96 at 0.95 (each side (1-c)/2).
+    z = NormalDist().inv_cdf(0.5 + confidence / 2)
     spread = z * math.sqrt(hits * max(1.0, hits / total))
     rate = hits / seconds
     return max(0.0, rate - spread / seconds), rate + spread / seconds
@@ -124,3 +125,9 @@ def test_a_watched_share_not_yet_past_the_anytime_bound_says_so() -> None:
         "7 of 300 on the wrong side: past the limit for one look, not yet for an "
         "anytime-valid bound (the run is still being watched)"
     )
+
+
+def test_the_rate_interval_at_95_percent_uses_z_1_96() -> None:
+    # 100 events in 100 s: rate 1/s, Poisson sd 10 events, so 1 +- 1.96 * 10 / 100.
+    low, high = monitor_interval(Events(hits=100, total=100, window_seconds=100.0), "rate", 0.95)
+    assert low == pytest.approx(1 - 0.196, abs=1e-3) and high == pytest.approx(1 + 0.196, abs=1e-3)
