@@ -6,6 +6,7 @@ that `run --preset` and `rollback` can use."""
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 from pathlib import Path
 
@@ -30,6 +31,8 @@ def test_tune_finds_better_settings_than_a_big_window_under_trickle(tmp_path: Pa
             "--write-gates", str(gates), "--preset-name", "night", "--out", str(out),
         ),
         cwd=tmp_path, capture_output=True, text=True, timeout=BUDGET_SECONDS + 240, check=False,
+        # The table is read cell by cell below: a fixed width, whatever COLUMNS the caller has.
+        env={**os.environ, "COLUMNS": "200"},
     )  # fmt: skip
     assert result.returncode == 0, result.stdout[-4000:] + result.stderr[-4000:]
     (tune_dir,) = out.iterdir()
@@ -83,6 +86,8 @@ def test_tune_restarts_a_server_per_candidate_from_a_command(tmp_path: Path) -> 
             "--write-gates", str(gates), "--out", str(out),
         ),
         cwd=tmp_path, capture_output=True, text=True, timeout=BUDGET_SECONDS + 240, check=False,
+        # The table is read cell by cell below: a fixed width, whatever COLUMNS the caller has.
+        env={**os.environ, "COLUMNS": "200"},
     )  # fmt: skip
     assert result.returncode == 0, result.stdout[-4000:] + result.stderr[-4000:]
     (tune_dir,) = out.iterdir()
