@@ -10,6 +10,7 @@ up, nor about Locust's runners.
 
 from __future__ import annotations
 
+import contextlib
 import itertools
 import time
 from collections.abc import Callable
@@ -89,7 +90,7 @@ class LoadSession:
         interrupted = False
         try:
             if self.spec.driver != "probes" and self.worker_index == 0:
-                self.group.spawn(self._run_probes, t0)
+                self._spawn(self.group, self._run_probes, t0)
             if self.spec.driver == "probes":
                 self._run_probes_alone(t0)
             elif self.spec.driver == "sessions":
@@ -122,9 +123,9 @@ class LoadSession:
                 if self.cap.locked():
                     self.cap_reached += 1
                 if answered:
-                    self.group.spawn(self._turn, req, planned_at, answered)
+                    self._spawn(self.group, self._turn, req, planned_at, answered)
                 else:
-                    self.group.spawn(self._one, req, planned_at)
+                    self._spawn(self.group, self._one, req, planned_at)
         finally:
             timer.close()
 
@@ -203,7 +204,7 @@ class LoadSession:
                     PROBE_SET[index], index=next(numbers), offset_seconds=offset, stage=stage
                 )
                 self.planned += 1
-                self.probe_group.spawn(self._probe_one, req, t0 + offset)
+                self._spawn(self.probe_group, self._probe_one, req, t0 + offset)
         self.probe_group.join()
 
     def _probe_one(self, req: PlannedRequest, planned_at: float) -> None:
@@ -261,7 +262,7 @@ class LoadSession:
                     gevent.sleep(think)
 
         for _ in users:
-            self.group.spawn(user)
+            self._spawn(self.group, user)
 
     # -- multi-turn sessions ---------------------------------------------------------------
     def _run_sessions(self, t0: float) -> None:
@@ -313,13 +314,26 @@ class LoadSession:
                         gevent.sleep(think)
 
         for _ in slots:
-            self.group.spawn(slot)
+            self._spawn(self.group, slot)
 
     # -- ending ----------------------------------------------------------------------------
     def _drain(self, *, timeout_seconds: float) -> None:
         self.group.join(timeout=timeout_seconds)
         if len(self.group):
             self.stop()
+
+    @staticmethod
+    def _spawn(group: gevent.pool.Group, func: Callable[..., Any], *args: Any) -> None:
+        """Every greenlet of a session ends quietly when `stop` cancels it: the cancel can land
+        anywhere it waits (a probe's sleep, a turn's wait for its parent, a think time), and
+        an uncaught one would print a gevent traceback into load.log, burying the reason the
+        run stopped under it."""
+
+        def quiet() -> None:
+            with contextlib.suppress(RequestCancelled):
+                func(*args)
+
+        group.spawn(quiet)
 
     def stop(self) -> None:
         """Stop scheduling and cancel everything in flight (recorded as `cancelled`)."""

@@ -398,8 +398,13 @@ def _write_problem(directory: Path) -> OSError | None:
 
 
 def _tail(path: Path, lines: int = 5) -> str:
+    """The log's last lines, and before them any `loadgen: error:` line they do not hold: the
+    load's own reason for stopping must reach the message, however much followed it."""
     try:
         text = path.read_text(encoding="utf-8", errors="replace").strip().splitlines()
     except OSError:
         return ""
-    return ("\n  " + "\n  ".join(text[-lines:])) if text else ""
+    last = text[-lines:]
+    errors = [line for line in text[:-lines] if line.startswith("loadgen: error:")][-3:]
+    shown = errors + last
+    return ("\n  " + "\n  ".join(shown)) if shown else ""

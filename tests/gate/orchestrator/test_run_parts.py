@@ -196,3 +196,17 @@ def test_without_a_batch_api_the_offline_job_gates_and_profile_are_left_out(
     with_api = TargetInfo(url="http://127.0.0.1:9", server_kind="openai", model="m", batching=None)
     assert not [g for g in gates.gates if unmeasurable_reason(g, with_api)]
     assert orphaned_profiles(gates, gates) == []
+
+
+def test_a_crashed_loads_message_keeps_its_error_line_above_the_tail(tmp_path: Path) -> None:
+    from gate.orchestrator.session import _tail
+
+    log = tmp_path / "load.log"
+    lines = ["loadgen: error: load worker process 7 exited with code -9 mid-run; stopping"]
+    lines += [f"noise {n}" for n in range(8)]
+    log.write_text("\n".join(lines) + "\n")
+    shown = _tail(log).splitlines()[1:]
+    assert [line.strip() for line in shown] == [lines[0], *lines[-5:]]
+    log.write_text("a\nb\n")  # short: all of it, once
+    assert _tail(log) == "\n  a\n  b"
+    assert _tail(tmp_path / "absent.log") == ""
