@@ -15,6 +15,7 @@ from __future__ import annotations
 import functools
 import json
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
@@ -125,11 +126,19 @@ class OpenAIClient:
         return f"{base}/{leaf}" if base.endswith("/v1") else f"{base}/v1/{leaf}"
 
     def send(
-        self, req: PlannedRequest, record: RequestRecord, *, answer: list[str] | None = None
+        self,
+        req: PlannedRequest,
+        record: RequestRecord,
+        *,
+        answer: list[str] | None = None,
+        before_send: Callable[[], None] | None = None,
+        on_written: Callable[[], None] | None = None,
     ) -> RequestRecord:
         """Fill `record` (planned_at already set) by sending `req`; never raises for I/O.
         `answer`, when given, receives the answer's text pieces (a chat session's next turn
-        repeats them)."""
+        repeats them). The open loop's hooks (loadgen/release.py): `before_send` waits, with
+        the body built, until the planned instant (`sent_at` is stamped after it);
+        `on_written` is called once the request is on the wire, before its answer is read."""
         payload = orjson.dumps(self.body(req))
         headers = {
             "Host": self.target.host_header,
@@ -143,9 +152,11 @@ class OpenAIClient:
         record.prompt_tokens = req.prompt_tokens
         conn: HttpConnection | None = None
         try:
+            if before_send is not None:
+                before_send()
             record.sent_at = time.monotonic()
             deadline = record.sent_at + self.config.request_timeout_seconds
-            conn, status, resp_headers = self._open(payload, headers, deadline)
+            conn, status, resp_headers = self._open(payload, headers, deadline, on_written)
             record.http_status = status
             if status != 200:
                 raise _Failure(
@@ -181,11 +192,17 @@ class OpenAIClient:
         return record
 
     def _open(
-        self, payload: bytes, headers: dict[str, str], deadline: float
+        self,
+        payload: bytes,
+        headers: dict[str, str],
+        deadline: float,
+        on_written: Callable[[], None] | None = None,
     ) -> tuple[HttpConnection, int, dict[str, str]]:
         conn = self.pool.acquire()
         try:
             conn.send_request("POST", self.path(), headers, payload)
+            if on_written is not None:
+                on_written()
             status, resp_headers, _ = conn.read_head(deadline)
             return conn, status, resp_headers
         except BaseException as exc:

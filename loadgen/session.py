@@ -10,8 +10,10 @@ up, nor about Locust's runners.
 
 from __future__ import annotations
 
+import collections
 import contextlib
 import itertools
+import math
 import time
 from collections.abc import Callable
 from typing import Any
@@ -32,6 +34,7 @@ from loadgen.plan import PlannedRequest, RequestFactory, build_plan
 from loadgen.probes import PROBE_SET, probe_request, probe_schedule
 from loadgen.profiles import ProfileSpec
 from loadgen.records import RequestRecord
+from loadgen.release import PREPARE_LEAD_SECONDS, Member, Release
 
 __all__ = ["LoadSession"]
 
@@ -114,33 +117,59 @@ class LoadSession:
         # A trace conversation's turn waits for its parent's answer (docs/traces.md).
         answered = {r.chat_id: gevent.event.Event() for r in self.plan if r.chat_id is not None}
         timer = DeadlineTimer()  # gevent.sleep wakes up to ~1 ms late (loadgen/deadline.py)
+        pending: collections.deque[tuple[float, Release]] = collections.deque()
         try:
-            for req in self.plan:
-                planned_at = t0 + req.offset_seconds
-                timer.sleep_until(planned_at)
-                if self.stopping:
+            # Each instant's requests are prepared ahead and released at it (loadgen/release.py).
+            for offset, requests in itertools.groupby(self.plan, key=lambda r: r.offset_seconds):
+                planned_at = t0 + offset
+                if not self._release_until(pending, planned_at - PREPARE_LEAD_SECONDS, timer):
                     return
-                if self.cap.locked():
-                    self.cap_reached += 1
-                if answered:
-                    self._spawn(self.group, self._turn, req, planned_at, answered)
-                else:
-                    self._spawn(self.group, self._one, req, planned_at)
+                release = Release()
+                for req in requests:
+                    if self.cap.locked():
+                        self.cap_reached += 1
+                    if answered:
+                        self._spawn(self.group, self._turn, req, planned_at, answered, release)
+                    else:
+                        self._spawn(self.group, self._one, req, planned_at, release=release)
+                pending.append((planned_at, release))
+            self._release_until(pending, math.inf, timer)
         finally:
             timer.close()
 
+    def _release_until(
+        self, pending: collections.deque[tuple[float, Release]], until: float, timer: DeadlineTimer
+    ) -> bool:
+        """Release each pending instant at its time up to `until`, then sleep until `until`
+        (when finite). False once the session is stopping (nothing more is released)."""
+        while pending and pending[0][0] <= until:
+            at, release = pending.popleft()
+            timer.sleep_until(at)
+            if self.stopping:
+                return False
+            release.release()
+        if math.isfinite(until):
+            timer.sleep_until(until)
+        return not self.stopping
+
     def _turn(
-        self, req: PlannedRequest, planned_at: float, answered: dict[str, gevent.event.Event]
+        self,
+        req: PlannedRequest,
+        planned_at: float,
+        answered: dict[str, gevent.event.Event],
+        release: Release,
     ) -> None:
         """A trace turn: sent at its time, but not before its parent answered; the wait for
         the parent is the conversation's, not client lag, so the turn is planned at its end."""
+        member = release.member()
         parent = answered.get(req.parent) if req.parent is not None else None
-        if parent is not None and not parent.is_set():
-            parent.wait()
-            planned_at = max(planned_at, time.monotonic())
         try:
-            self._one(req, planned_at)
+            if parent is not None and not parent.is_set():
+                parent.wait()
+                planned_at = max(planned_at, time.monotonic())
+            self._one(req, planned_at, member=member)
         finally:
+            member.settle()
             if req.chat_id is not None:
                 answered[req.chat_id].set()
 
@@ -151,7 +180,13 @@ class LoadSession:
         *,
         answer: list[str] | None = None,
         record_id: str | None = None,
+        release: Release | None = None,
+        member: Member | None = None,
     ) -> RequestRecord:
+        """One request, recorded. In the open loop it is prepared ahead and sent when its
+        instant is released (`release`, or `member` of one already joined)."""
+        if member is None and release is not None:
+            member = release.member()
         rec = RequestRecord(
             id=record_id or f"{self.worker_index}-{req.index}",
             profile=self.spec.name,
@@ -173,9 +208,17 @@ class LoadSession:
             answer = []
         try:
             with self.cap:
-                self.client.send(req, rec, answer=answer)
+                if member is None:
+                    self.client.send(req, rec, answer=answer)
+                else:
+                    self.client.send(
+                        req, rec, answer=answer, before_send=member.wait, on_written=member.written
+                    )
         except RequestCancelled:  # killed while waiting for a concurrency slot
             rec.status, rec.error = "cancelled", "cancelled before sending (waiting for a slot)"
+        finally:
+            if member is not None:
+                member.settle()  # never written (refused, cancelled): not awaited any more
         if req.probe is not None and rec.status == "ok" and answer is not None:
             rec.probe_answer = "".join(answer)
         if rec.sent_at is not None:
@@ -323,7 +366,9 @@ class LoadSession:
             self.stop()
 
     @staticmethod
-    def _spawn(group: gevent.pool.Group, func: Callable[..., Any], *args: Any) -> None:
+    def _spawn(
+        group: gevent.pool.Group, func: Callable[..., Any], *args: Any, **kwargs: Any
+    ) -> None:
         """Every greenlet of a session ends quietly when `stop` cancels it: the cancel can land
         anywhere it waits (a probe's sleep, a turn's wait for its parent, a think time), and
         an uncaught one would print a gevent traceback into load.log, burying the reason the
@@ -331,7 +376,7 @@ class LoadSession:
 
         def quiet() -> None:
             with contextlib.suppress(RequestCancelled):
-                func(*args)
+                func(*args, **kwargs)
 
         group.spawn(quiet)
 

@@ -58,6 +58,7 @@ PURE = [
 LOAD_PROCESS = [
     "loadgen.__main__",
     "loadgen.deadline",
+    "loadgen.release",
     "loadgen.locust.collector",
     "loadgen.locust.heartbeat",
     "loadgen.locust.install",

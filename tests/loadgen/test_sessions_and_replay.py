@@ -236,3 +236,27 @@ def test_a_bailian_turn_waits_for_its_parent_answer(fake_server, tmp_path) -> No
     assert second["sent_at"] >= first["done_at"]
     # The wait for the parent is the conversation's, not client lag.
     assert second["sent_at"] - second["planned_at"] < 0.05
+
+
+def test_a_burst_at_one_timestamp_is_sent_whole_and_never_before_its_time(
+    fake_server, tmp_path
+) -> None:
+    # Prepared ahead of their instant (loadgen/release.py), the requests still go at it.
+    lines = [
+        {"timestamp": t, "input_tokens": 20, "output_tokens": 2}
+        for t in (0.2, 0.2, 0.2, 0.2, 0.2, 0.2, 0.2, 0.2, 0.6, 0.6, 0.6, 0.6)
+    ]
+    path = _write_trace(tmp_path / "burst.jsonl", lines)
+    out = tmp_path / "burst"
+    result = run_loadgen(
+        "--target", fake_server("--ttft-ms", "1", "--itl-ms", "1").url, "--profile", "trace",
+        "--out", str(out), "--set", f"path={path}", "--scale", "full",
+    )  # fmt: skip
+    assert result.returncode == 0, result.stderr
+    records = read_records(out)
+    assert sorted(r["trace_index"] for r in records) == list(range(12))
+    assert all(r["status"] == "ok" and r["sent_at"] >= r["planned_at"] for r in records)
+    assert {round(r["planned_at"] - records[0]["planned_at"], 6) for r in records} <= {
+        0.0, 0.4, -0.4
+    }  # fmt: skip
+    assert read_load(out)["sent_requests"] == 12
