@@ -108,7 +108,7 @@ _CHILD = """
 import sys, time, json
 t0 = time.perf_counter()
 try:
-    from gate.huge_pages import prefer_small_pages  # what `batchgate` does at start
+    from gate.runtime.huge_pages import prefer_small_pages  # what `batchgate` does at start
 except ImportError:  # --old code, from before it: the same page policy, like for like
     def prefer_small_pages():
         from numpy._core.multiarray import _set_madvise_hugepage

@@ -24,7 +24,7 @@ from typing import Any
 from benchmarks.bench_loadgen import fake_server, fake_stats
 from benchmarks.harness import REPO_ROOT as REPO
 from benchmarks.harness import RESULTS_DIR, print_table, write_result
-from gate.gates.model import Scope, Settings, Slos
+from gate.gates.spec import Scope, Settings, Slos
 from gate.metrics.derive import measure
 from gate.rundir.run import load_run
 

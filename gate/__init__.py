@@ -7,12 +7,12 @@ tests/gate/test_import_boundaries.py pins this).
 from gate.baseline import Baseline, BaselineError, BaselineStore
 from gate.errors import ExitCode
 from gate.gates.file import validate_against_buckets
-from gate.gates.model import GatesFile
 from gate.gates.reader import GatesFileError
+from gate.gates.spec import GatesFile
 from gate.outputs.files import read_verdicts, write_outputs
 from gate.rundir.run import RunData, RunDirError, load_run
 from gate.verdicts.evaluate import IncrementalEvaluator, evaluate
-from gate.verdicts.model import Evaluation, Status, Verdict
+from gate.verdicts.verdict import Evaluation, Status, Verdict
 
 __all__ = [
     "Baseline",

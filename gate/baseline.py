@@ -22,7 +22,7 @@ from pathlib import Path
 from typing import Any
 
 from gate.errors import BatchgateError, ExitCode
-from gate.gates.model import GatesFile, Scope, Settings, Slos
+from gate.gates.spec import GatesFile, Scope, Settings, Slos
 from gate.metrics import derive
 from gate.metrics.measurements import NoData
 from gate.rundir.run import RunData, provenance

@@ -15,8 +15,8 @@ import sys
 from collections.abc import Sequence
 
 from gate.errors import ExitCode
-from gate.heap_policy import keep_freed_memory
-from gate.huge_pages import prefer_small_pages
+from gate.runtime.heap_policy import keep_freed_memory
+from gate.runtime.huge_pages import prefer_small_pages
 
 # Order is the order shown in --help.
 COMMANDS = (

@@ -20,14 +20,14 @@ from rich.table import Table
 from rich.text import Text
 
 from gate import glossary
-from gate.gates.model import Scope, Settings, Slos
+from gate.gates.spec import Scope, Settings, Slos
 from gate.metrics import derive, measurements
 from gate.rundir.consistency import run_mismatches
 from gate.rundir.run import RunData
 from gate.stats import proportion_bounds, quantile_bounds, two_sided
 from gate.units import UnitKind, format_value
 from gate.verdicts.assess import point_value
-from gate.verdicts.model import Evaluation
+from gate.verdicts.verdict import Evaluation
 
 __all__ = ["KEY_METRICS", "Comparison", "Estimate", "MetricRow", "VerdictRow", "compare", "render"]
 

@@ -2,8 +2,8 @@
 
 Owns turning the code's own definitions into Markdown table rows: the `batchgate serve` /
 `python -m reference_server` argparse parser (docs/server.md), the preset key table of
-`gate/gates/presets.py` with the server flag each key becomes (docs/gates.md), and the fields of
-`manifest.json` and `load.json` as their writers produce them and their readers check them
+`gate/gates/preset_schema.py` with the server flag each key becomes (docs/gates.md), and the
+fields of `manifest.json` and `load.json` as their writers produce them and their readers check them
 (docs/records.md). It does not know where the tables go in the docs (`scripts/gen_docs.py`) and
 writes nothing. Project packages are imported inside the functions, once gen_docs has put this
 checkout first on `sys.path`.
@@ -90,9 +90,9 @@ def server_flags() -> list[str]:
 
 
 def _preset_tables() -> tuple[dict[str, str], dict[str, str], dict[str, tuple[str, ...]]]:
-    """The preset key table and the value sets of gate/gates/presets.py (private names: the
+    """The preset key table and the value sets of gate/gates/preset_schema.py (private names: the
     module has no public view of them, and the docs must say exactly what it accepts)."""
-    from gate.gates import presets
+    from gate.gates import preset_schema as presets
 
     try:
         keys, class_keys = presets._PRESET_KEYS, presets._CLASS_KEYS
@@ -102,7 +102,9 @@ def _preset_tables() -> tuple[dict[str, str], dict[str, str], dict[str, tuple[st
             "alignment": presets._ALIGNMENTS,
         }
     except AttributeError as exc:
-        raise DocTableError(f"gate/gates/presets.py: {exc}; update scripts/doc_tables.py") from exc
+        raise DocTableError(
+            f"gate/gates/preset_schema.py: {exc}; update scripts/doc_tables.py"
+        ) from exc
     return dict(keys), dict(class_keys), choices
 
 
@@ -124,7 +126,7 @@ def _value_text(kind: str, choices: dict[str, tuple[str, ...]], key: str) -> str
 
 
 def _server_flag(preset: dict[str, Any]) -> str:
-    from gate.orchestrator.presets import server_flags as preset_flags
+    from gate.orchestrator.preset_flags import server_flags as preset_flags
 
     return preset_flags(preset)[0]
 
@@ -132,7 +134,7 @@ def _server_flag(preset: dict[str, Any]) -> str:
 def preset_keys() -> list[str]:
     """Rows of the preset key table: what the gates file accepts, how a rollback applies it,
     the bundled server flag it becomes and that flag's meaning."""
-    from gate.orchestrator.presets import START_ONLY_KEYS
+    from gate.orchestrator.preset_flags import START_ONLY_KEYS
     from reference_server.api.cli import engine_flags
 
     keys, class_keys, choices = _preset_tables()

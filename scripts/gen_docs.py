@@ -7,7 +7,8 @@ or docs/*.md; only those lines change, the rest of each page is left as written.
 - `server-flags` (docs/server.md): every flag of `batchgate serve` / `python -m reference_server`,
   from its argparse parser (reference_server/api/cli.py);
 - `preset-keys` (docs/gates.md): every key a gates file's preset may set, from
-  gate/gates/presets.py, with the bundled server flag a rollback turns it into and its meaning;
+  gate/gates/preset_schema.py, with the bundled server flag a rollback turns it into and its
+  meaning;
 - `manifest-fields`, `load-fields` (docs/records.md): the fields of manifest.json and load.json
   as their writers produce them, with the type their readers check (gate/rundir/shapes.py).
   Their `meaning` column is prose kept from the page: a field new in the code gets an empty

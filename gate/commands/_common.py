@@ -24,15 +24,15 @@ from gate.baseline import Baseline, BaselineError, BaselineStore
 from gate.commands import _options as options
 from gate.errors import ExitCode, UsageError
 from gate.gates.file import load, packaged_gates_path
-from gate.gates.model import GatesFile
 from gate.gates.reader import GatesFileError
-from gate.orchestrator.presets import start_only
+from gate.gates.spec import GatesFile
+from gate.orchestrator.preset_flags import start_only
 from gate.orchestrator.suite import SUITE_FILE
 from gate.outputs.files import read_verdicts
 from gate.rundir.consistency import run_mismatches
 from gate.rundir.run import RunData, RunDirError, load_run
 from gate.rundir.shapes import VERDICT_KEYS, VERDICTS, problem
-from gate.verdicts.model import Evaluation
+from gate.verdicts.verdict import Evaluation
 
 __all__ = [
     "DEFAULT_GATES_FILE",

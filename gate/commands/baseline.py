@@ -12,8 +12,8 @@ from gate.commands import _options as options
 from gate.commands._common import default_gates_path, load_gates, open_run, output_console
 from gate.errors import ExitCode, UsageError
 from gate.gates.file import load
-from gate.gates.model import GatesFile
 from gate.gates.reader import GatesFileError
+from gate.gates.spec import GatesFile
 from gate.rundir.run import RunDirError
 
 __all__ = ["register", "run"]

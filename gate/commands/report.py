@@ -34,7 +34,7 @@ from gate.outputs.files import write_outputs
 from gate.outputs.html.report import ReportError, write_report
 from gate.rundir.run import RunData
 from gate.verdicts.evaluate import evaluate
-from gate.verdicts.model import Evaluation
+from gate.verdicts.verdict import Evaluation
 
 __all__ = ["register", "run"]
 

@@ -23,9 +23,9 @@ from typing import Any
 from gate.commands import _options as options
 from gate.commands._common import default_gates_path
 from gate.errors import ExitCode, UsageError
-from gate.gates.equivalents import format_equivalents
 from gate.gates.file import load
-from gate.rollback import (
+from gate.rollback.equivalents import format_equivalents
+from gate.rollback.live import (
     BatchingNotSupported,
     RollbackError,
     apply_preset,

@@ -28,7 +28,7 @@ from gate.orchestrator.plan import PlanError, choose_profiles, parse_sets, resol
 from gate.orchestrator.run_config import RunConfig, RunResult
 from gate.orchestrator.runner import execute, new_run_id
 from gate.outputs import summary, terminal
-from gate.verdicts.model import Status
+from gate.verdicts.verdict import Status
 
 __all__ = ["register", "run"]
 

@@ -27,15 +27,15 @@ from gate.commands._common import (
     output_console,
 )
 from gate.errors import BatchgateError, ExitCode, UsageError
+from gate.orchestrator.bundled_server import BundledServer, ServerOptions, start_bundled_server
 from gate.orchestrator.calibration import CALIBRATION_FILE
 from gate.orchestrator.live import LiveView
 from gate.orchestrator.plan import PlanError, parse_sets, resolve_plans
-from gate.orchestrator.presets import server_flags
+from gate.orchestrator.preset_flags import server_flags
 from gate.orchestrator.processes import ProcessError
 from gate.orchestrator.relative import mix_output_tokens
 from gate.orchestrator.run_config import RunConfig
 from gate.orchestrator.runner import execute, new_run_id
-from gate.orchestrator.server import BundledServer, ServerOptions, start_bundled_server
 from gate.orchestrator.sweep import Point, Search, SearchSpec, SweepFault
 
 __all__ = ["register", "run"]

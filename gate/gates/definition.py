@@ -14,8 +14,8 @@ from collections.abc import Mapping
 from typing import Any
 
 from gate import glossary
-from gate.gates.model import Gate, Regression, Scope, Slos
 from gate.gates.reader import NAME_RE, FieldReader
+from gate.gates.spec import Gate, Regression, Scope, Slos
 from gate.glossary import PERCENTILES, Shape
 from gate.units import Threshold, UnitError, UnitKind, parse_quantity, parse_threshold
 

@@ -7,7 +7,7 @@ key path, raised before any load runs. `validate_against_buckets` adds the one c
 the target: histogram thresholds must fall on a bucket bound. It does not know how gates are
 evaluated (`gate.verdicts.evaluate`) or what the units mean beyond parsing (`gate.units`). The
 parts live next door: YAML positions and key-path errors (`gate.gates.reader`), the value objects
-(`gate.gates.model`), one gate entry (`gate.gates.definition`), presets (`gate.gates.presets`);
+(`gate.gates.spec`), one gate entry (`gate.gates.definition`), presets (`gate.gates.preset_schema`);
 this module assembles the file.
 """
 
@@ -22,14 +22,14 @@ from typing import Any
 
 from gate import glossary
 from gate.gates.definition import GateReader
-from gate.gates.model import (
+from gate.gates.preset_schema import PresetReader
+from gate.gates.reader import GatesFileError, compose
+from gate.gates.spec import (
     BASELINE_MATCH_FIELDS,
     Gate,
     GatesFile,
     Settings,
 )
-from gate.gates.presets import PresetReader
-from gate.gates.reader import GatesFileError, compose
 from gate.glossary import PERCENTILES
 
 __all__ = [

@@ -4,7 +4,7 @@ Owns GatesFileError (`FILE:LINE: key.path: message`), composing YAML text into p
 remembering where each key stood, and the typed field readers (mapping with allowed keys, number
 in a range, boolean, non-empty text, duration) every part of the schema uses to raise those
 errors. It does not know the gates file schema (`gate.gates.file`, `gate.gates.definition`,
-`gate.gates.presets`).
+`gate.gates.preset_schema`).
 """
 
 from __future__ import annotations

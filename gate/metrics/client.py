@@ -21,7 +21,7 @@ from gate.metrics.measurements import Events, Measurement, NoData, Samples, Scal
 from gate.metrics.window import Window, request_mask, scope_seconds
 
 if TYPE_CHECKING:
-    from gate.gates.model import Scope, Slos
+    from gate.gates.spec import Scope, Slos
     from gate.rundir.run import ProfileData
 
 __all__ = ["client", "goodput_mask", "tpot"]

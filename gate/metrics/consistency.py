@@ -22,7 +22,7 @@ import orjson
 from gate.metrics.measurements import Measurement, NoData, Samples, Scalar
 
 if TYPE_CHECKING:
-    from gate.gates.model import Scope
+    from gate.gates.spec import Scope
     from gate.rundir.run import ProfileData
 
 __all__ = [

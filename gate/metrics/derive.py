@@ -6,7 +6,7 @@ preemptions (per request), KV usage / leak after drain, queue and running peaks,
 (exact from steps.jsonl, else a histogram estimate from scrapes.jsonl, labelled so), memory
 from gpu.jsonl and the offline job's outcome. It returns measurements (samples, events, series,
 scalars, histograms, or NoData with the reason); it does not know thresholds, confidence or
-verdicts. The formulas live in `gate.metrics.client` (request records), `gate.metrics.server`
+verdicts. The formulas live in `gate.metrics.client` (request records), `gate.metrics.server_side`
 (steps, scrapes), `gate.metrics.sampler` (gpu.jsonl) and `gate.metrics.batch_job` (load.json's
 `batch_job`), `gate.metrics.consistency` (probe answers); the value types in
 `gate.metrics.measurements`, the window in `gate.metrics.window`. This module dispatches by the
@@ -23,11 +23,11 @@ from gate.metrics.client import client
 from gate.metrics.consistency import CONSISTENCY_METRICS, consistency
 from gate.metrics.measurements import Measurement, NoData, Scalar
 from gate.metrics.sampler import gpu
-from gate.metrics.server import server
+from gate.metrics.server_side import server
 from gate.metrics.window import window_of
 
 if TYPE_CHECKING:
-    from gate.gates.model import Scope
+    from gate.gates.spec import Scope
     from gate.rundir.run import ProfileData
 
 __all__ = ["measure"]

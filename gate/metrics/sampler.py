@@ -22,7 +22,7 @@ from gate.metrics.window import Window, in_intervals, stage_intervals
 from gate.rundir.sample_records import SampleRecords
 
 if TYPE_CHECKING:
-    from gate.gates.model import Scope
+    from gate.gates.spec import Scope
     from gate.rundir.run import ProfileData
 
 __all__ = ["gpu"]

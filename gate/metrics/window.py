@@ -13,7 +13,7 @@ from typing import TYPE_CHECKING
 import numpy as np
 
 if TYPE_CHECKING:
-    from gate.gates.model import Scope
+    from gate.gates.spec import Scope
     from gate.rundir.run import ProfileData
 
 __all__ = [

@@ -16,7 +16,7 @@ import dataclasses
 import time
 from pathlib import Path
 
-from gate.gates.model import GatesFile
+from gate.gates.spec import GatesFile
 from gate.rundir.abort import AbortRecord
 from gate.rundir.run import RunData, RunDirError, complete_lines, profile_prefix
 from gate.verdicts.evaluate import IncrementalEvaluator

@@ -27,7 +27,7 @@ from typing import Any
 import numpy as np
 
 from gate.errors import BatchgateError, ExitCode
-from gate.gates.model import GatesFile, Scope
+from gate.gates.spec import GatesFile, Scope
 from gate.metrics.derive import measure
 from gate.orchestrator.capacity_sweep import StepFigures, stated_limit, step_figures, sweep
 from gate.orchestrator.faults import RunFault

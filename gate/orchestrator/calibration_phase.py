@@ -19,7 +19,7 @@ from pathlib import Path
 from typing import Any
 
 from gate.errors import ExitCode, UsageError
-from gate.gates.model import GatesFile
+from gate.gates.spec import GatesFile
 from gate.orchestrator.calibration import (
     CALIBRATION_FILE,
     CalibrationError,
@@ -31,7 +31,7 @@ from gate.orchestrator.calibration import (
 from gate.orchestrator.consistency_probes import answer_alone
 from gate.orchestrator.live import LiveView
 from gate.orchestrator.plan import ProfilePlan, resolve_plans
-from gate.orchestrator.presets import REFERENCE_PRESET, live_settings, server_flags
+from gate.orchestrator.preset_flags import REFERENCE_PRESET, live_settings, server_flags
 from gate.orchestrator.processes import ChildProcess
 from gate.orchestrator.relative import RelativeError, absolute_overrides
 from gate.orchestrator.session import SessionSettings
@@ -222,7 +222,7 @@ class CalibrationPhase:
                 self._apply(target, live_settings(self.preset))
 
     def _apply(self, target: TargetClient, settings: dict[str, Any]) -> None:
-        from gate.rollback import RollbackError, apply_preset
+        from gate.rollback.live import RollbackError, apply_preset
 
         try:
             apply_preset(target.url, settings, admin_token=self.admin_token)

@@ -14,7 +14,7 @@ always measurable here. It does not drop gates
 from __future__ import annotations
 
 from gate import glossary
-from gate.gates.model import Gate
+from gate.gates.spec import Gate
 from gate.orchestrator.target import TargetInfo
 
 __all__ = [

@@ -13,7 +13,7 @@ from __future__ import annotations
 import dataclasses
 from pathlib import Path
 
-from gate.gates.model import GatesFile
+from gate.gates.spec import GatesFile
 from gate.orchestrator.live import LiveView
 from gate.orchestrator.plan import PlanError, ProfilePlan, resolve_plans
 from gate.orchestrator.processes import ChildProcess

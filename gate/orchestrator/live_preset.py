@@ -13,7 +13,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from gate.errors import ExitCode, UsageError
-from gate.orchestrator.presets import live_settings, start_only
+from gate.orchestrator.preset_flags import live_settings, start_only
 
 __all__ = ["apply_live_preset", "restore_settings"]
 
@@ -22,7 +22,7 @@ def apply_live_preset(
     url: str, name: str, preset: Mapping[str, Any], *, admin_token: str | None
 ) -> dict[str, Any]:
     """Apply `preset` to the target at `url`; the settings it replaced (raises UsageError)."""
-    from gate.rollback import RollbackError, apply_preset
+    from gate.rollback.live import RollbackError, apply_preset
 
     fixed = start_only(preset)
     if fixed:
@@ -40,7 +40,7 @@ def apply_live_preset(
 
 def restore_settings(url: str, settings: Mapping[str, Any], *, admin_token: str | None) -> str:
     """Put `settings` back on the target; a line saying whether it worked (never raises)."""
-    from gate.rollback import RollbackError, apply_preset
+    from gate.rollback.live import RollbackError, apply_preset
 
     if not settings:
         return f"batchgate: no previous batching settings of {url} to restore"

@@ -17,7 +17,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from gate.errors import BatchgateError, ExitCode
-from gate.gates.model import GatesFile
+from gate.gates.spec import GatesFile
 from gate.orchestrator.processes import python_argv
 from gate.orchestrator.relative import RelativeError, placeholders, relative_values
 

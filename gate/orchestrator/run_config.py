@@ -14,15 +14,15 @@ from pathlib import Path
 from typing import Any
 
 from gate.errors import ExitCode
-from gate.gates.model import GatesFile
+from gate.gates.spec import GatesFile
+from gate.orchestrator.bundled_server import BundledServer, ServerOptions
 from gate.orchestrator.calibration import CalibrationSpec
 from gate.orchestrator.faults import RunFault
 from gate.orchestrator.plan import ProfilePlan
-from gate.orchestrator.server import BundledServer, ServerOptions
 from gate.orchestrator.session import SessionSettings
 from gate.orchestrator.target import TargetInfo
 from gate.rundir.abort import AbortRecord
-from gate.verdicts.model import Evaluation
+from gate.verdicts.verdict import Evaluation
 
 __all__ = ["RunConfig", "RunResult"]
 

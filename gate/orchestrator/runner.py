@@ -23,6 +23,7 @@ from typing import Any
 
 from gate.errors import ExitCode, UsageError
 from gate.gates.file import packaged_gates_path, validate_against_buckets
+from gate.orchestrator.bundled_server import BundledServer, start_bundled_server
 from gate.orchestrator.calibration import CalibrationFault
 from gate.orchestrator.calibration_phase import CalibrationPhase
 from gate.orchestrator.capabilities import unmeasurable_reason
@@ -36,12 +37,11 @@ from gate.orchestrator.faults import (
 from gate.orchestrator.live import LiveView
 from gate.orchestrator.live_preset import apply_live_preset, restore_settings
 from gate.orchestrator.manifest import Manifest
-from gate.orchestrator.presets import server_flags
+from gate.orchestrator.preset_flags import server_flags
 from gate.orchestrator.processes import ChildProcess, ProcessError
 from gate.orchestrator.request_fields import refused_line
 from gate.orchestrator.restore_guard import RestoreGuard
 from gate.orchestrator.run_config import RunConfig, RunResult
-from gate.orchestrator.server import BundledServer, start_bundled_server
 from gate.orchestrator.session import ProfileSession, SessionSettings
 from gate.orchestrator.suite import Suite, orphaned_profiles, select_suite
 from gate.orchestrator.target import TargetClient, TargetError, TargetInfo
@@ -49,7 +49,7 @@ from gate.outputs.files import write_outputs
 from gate.rundir.abort import AbortRecord
 from gate.rundir.run import RunDirError, load_run
 from gate.verdicts.evaluate import evaluate
-from gate.verdicts.model import Evaluation
+from gate.verdicts.verdict import Evaluation
 
 __all__ = ["execute", "new_run_id"]
 

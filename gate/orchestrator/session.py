@@ -20,7 +20,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from gate.gates.model import GatesFile
+from gate.gates.spec import GatesFile
 from gate.observers.nvml_sampler import NvmlSampler, SamplerConfig
 from gate.observers.observer import PeriodicObserver
 from gate.observers.prom_scraper import PromScraper, ScraperConfig

@@ -19,7 +19,7 @@ from pathlib import Path
 import yaml
 
 from gate.gates.file import loads
-from gate.gates.model import Gate, GatesFile
+from gate.gates.spec import Gate, GatesFile
 
 __all__ = ["Suite", "orphaned_profiles", "select_suite"]
 

@@ -17,7 +17,7 @@ from gate.orchestrator.live import LiveView
 from gate.orchestrator.plan import resolve_plans
 from gate.orchestrator.run_config import RunConfig, RunResult
 from gate.orchestrator.runner import execute
-from gate.verdicts.model import Status
+from gate.verdicts.verdict import Status
 
 __all__ = ["Point", "Search", "SearchSpec", "SweepFault"]
 

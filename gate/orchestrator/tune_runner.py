@@ -33,18 +33,18 @@ import yaml
 
 from gate.errors import ExitCode, UsageError
 from gate.gates.file import loads
-from gate.gates.model import GatesFile
+from gate.gates.spec import GatesFile
 from gate.glossary import get_metric
+from gate.orchestrator.bundled_server import BundledServer
 from gate.orchestrator.live import LiveView
 from gate.orchestrator.plan import resolve_plans
-from gate.orchestrator.presets import START_ONLY_KEYS
+from gate.orchestrator.preset_flags import START_ONLY_KEYS
 from gate.orchestrator.processes import ProcessError, start_child, wait_for_health
 from gate.orchestrator.run_config import RunConfig, RunResult
 from gate.orchestrator.runner import execute
-from gate.orchestrator.server import BundledServer
 from gate.orchestrator.tune import Candidate, Measurement
 from gate.orchestrator.tune_space import preset_of
-from gate.verdicts.model import Status
+from gate.verdicts.verdict import Status
 
 __all__ = [
     "OBJECTIVE_GATE",

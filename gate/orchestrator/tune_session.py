@@ -17,16 +17,16 @@ from pathlib import Path
 from typing import Any
 
 from gate.errors import ExitCode, UsageError
-from gate.gates.model import GatesFile
+from gate.gates.spec import GatesFile
+from gate.orchestrator.bundled_server import BundledServer, ServerOptions, start_bundled_server
 from gate.orchestrator.calibration import CALIBRATION_FILE
 from gate.orchestrator.live import LiveView
 from gate.orchestrator.live_preset import apply_live_preset, restore_settings
 from gate.orchestrator.plan import ProfilePlan
-from gate.orchestrator.presets import REFERENCE_PRESET, server_flags
+from gate.orchestrator.preset_flags import REFERENCE_PRESET, server_flags
 from gate.orchestrator.processes import ChildProcess, ProcessError, start_child, wait_for_health
 from gate.orchestrator.run_config import RunConfig
 from gate.orchestrator.runner import execute
-from gate.orchestrator.server import BundledServer, ServerOptions, start_bundled_server
 from gate.orchestrator.target import TargetClient
 from gate.orchestrator.tune import Candidate, TuneSearch, rungs_from
 from gate.orchestrator.tune_runner import CandidateRunner, Objective, command_argv, free_port

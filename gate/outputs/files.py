@@ -12,7 +12,7 @@ import os
 from pathlib import Path
 
 from gate.outputs import junit, summary
-from gate.verdicts.model import Evaluation
+from gate.verdicts.verdict import Evaluation
 
 __all__ = ["read_verdicts", "write_outputs", "write_verdicts"]
 

@@ -10,7 +10,7 @@ from __future__ import annotations
 import xml.etree.ElementTree as ET
 
 from gate.outputs.text import describe
-from gate.verdicts.model import Evaluation, Status
+from gate.verdicts.verdict import Evaluation, Status
 
 __all__ = ["to_xml"]
 

@@ -12,7 +12,7 @@ from gate.outputs.text import (
     format_verdict_value,
     rollback_line,
 )
-from gate.verdicts.model import Evaluation, Status, Verdict
+from gate.verdicts.verdict import Evaluation, Status, Verdict
 
 __all__ = ["annotations", "ordered", "to_markdown"]
 

@@ -26,7 +26,7 @@ from gate.outputs.text import (
     format_verdict_value,
     rollback_line,
 )
-from gate.verdicts.model import Evaluation, Status, Verdict
+from gate.verdicts.verdict import Evaluation, Status, Verdict
 
 __all__ = ["render"]
 

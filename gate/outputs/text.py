@@ -7,7 +7,7 @@ rollback command); it does not lay out tables or files.
 from __future__ import annotations
 
 from gate.units import UnitKind, format_value
-from gate.verdicts.model import Evaluation, Verdict
+from gate.verdicts.verdict import Evaluation, Verdict
 
 __all__ = [
     "describe",

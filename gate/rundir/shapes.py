@@ -318,7 +318,7 @@ VERDICTS = obj(
     rollback_target=OPT_TEXT,
     verdicts=listing(_VERDICT),
 )
-# Keys a verdict must have (`gate.verdicts.model.Verdict` has no default for them).
+# Keys a verdict must have (`gate.verdicts.verdict.Verdict` has no default for them).
 VERDICT_KEYS = ("gate", "profile", "status", "metric", "statistic", "unit", "scope")
 
 _HISTOGRAM = obj(buckets=mapping(NUMBER), sum=NUMBER, count=NUMBER)

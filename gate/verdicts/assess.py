@@ -30,7 +30,7 @@ from gate.metrics.measurements import (
 from gate.sequential import anytime_share_exceeds
 from gate.stats import Bounds, mean_bounds, proportion_bounds, quantile_with_bounds, two_sided
 from gate.units import Threshold
-from gate.verdicts.model import Status
+from gate.verdicts.verdict import Status
 
 __all__ = ["Assessment", "assess", "bounds_judgement", "combine", "monitor_interval", "point_value"]
 

@@ -15,14 +15,14 @@ import json
 from typing import Any, Protocol
 
 from gate import glossary
-from gate.gates.model import Gate, GatesFile, Scope
+from gate.gates.spec import Gate, GatesFile, Scope
 from gate.metrics import derive
 from gate.metrics.measurements import Measurement
 from gate.rundir.consistency import load_problem, record_mismatch, run_damage
 from gate.rundir.run import ProfileData, RunData
 from gate.units import Threshold
 from gate.verdicts.assess import Assessment
-from gate.verdicts.model import Status, Verdict
+from gate.verdicts.verdict import Status, Verdict
 
 __all__ = ["BaselineLike", "JudgeContext", "make_verdict", "measure_key"]
 

@@ -10,11 +10,11 @@ does not read files (`gate.rundir.run`) or render (`gate.outputs`).
 from __future__ import annotations
 
 from gate.errors import ExitCode
-from gate.gates.model import GatesFile
+from gate.gates.spec import GatesFile
 from gate.rundir.run import RunData
 from gate.verdicts.context import BaselineLike
 from gate.verdicts.judge import verdicts_for
-from gate.verdicts.model import Evaluation, Status, Verdict
+from gate.verdicts.verdict import Evaluation, Status, Verdict
 
 __all__ = ["IncrementalEvaluator", "evaluate", "exit_code_for"]
 

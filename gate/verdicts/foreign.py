@@ -13,7 +13,7 @@ import dataclasses
 from typing import Any
 
 from gate import glossary
-from gate.gates.model import Gate
+from gate.gates.spec import Gate
 
 __all__ = ["BUNDLED_KIND", "warn_only_on_foreign"]
 

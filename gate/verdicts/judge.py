@@ -18,7 +18,7 @@ from concurrent.futures import ThreadPoolExecutor
 import numpy as np
 
 from gate import glossary
-from gate.gates.model import Gate, GatesFile
+from gate.gates.spec import Gate, GatesFile
 from gate.metrics.measurements import Events, NoData, Samples, Series
 from gate.metrics.trace_ideal import profile_ideal
 from gate.rundir.run import ProfileData, RunData, provenance
@@ -34,8 +34,8 @@ from gate.verdicts.assess import (
 )
 from gate.verdicts.context import BaselineLike, JudgeContext, make_verdict, measure_key
 from gate.verdicts.foreign import warn_only_on_foreign
-from gate.verdicts.model import Status, Verdict
 from gate.verdicts.relative import resolve_ideal, resolve_relative
+from gate.verdicts.verdict import Status, Verdict
 
 __all__ = ["ITL_PER_CHUNK_NOTE", "verdicts_for"]
 

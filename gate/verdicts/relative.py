@@ -18,7 +18,7 @@ import math
 from collections.abc import Mapping
 from typing import Any
 
-from gate.gates.model import Gate
+from gate.gates.spec import Gate
 from gate.units import Threshold, format_value
 
 __all__ = [

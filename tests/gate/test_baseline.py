@@ -9,7 +9,7 @@ from gate.errors import ExitCode
 from gate.gates.file import loads
 from gate.rundir.run import load_run
 from gate.verdicts.evaluate import evaluate
-from gate.verdicts.model import Status
+from gate.verdicts.verdict import Status
 
 GATES = loads(
     "version: 1\ngates:\n  - name: e2e_reg\n    metric: e2e\n    statistic: p90\n"

@@ -13,7 +13,7 @@ from gate.baseline import BaselineStore, InvalidBaselineRun
 from gate.cli import main
 from gate.errors import ExitCode
 from gate.gates.file import loads
-from gate.gates.model import Scope
+from gate.gates.spec import Scope
 from gate.metrics.derive import measure
 from gate.metrics.measurements import Series
 from gate.rundir.run import load_run

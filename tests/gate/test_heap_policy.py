@@ -1,4 +1,4 @@
-"""gate/heap_policy.py: `batchgate` keeps freed memory in glibc's heap for its own process,
+"""gate/runtime/heap_policy.py: `batchgate` keeps freed memory in glibc's heap for its own process,
 unless glibc's own settings are in the environment; checked in child processes (mallopt is
 process-wide) by what it is for: an array freed and made again is not faulted in again."""
 
@@ -27,7 +27,7 @@ _PROBE = (
     "    round()\n"
     "print(resource.getrusage(resource.RUSAGE_SELF).ru_minflt - before)\n"
 )
-_CALL = "from gate.heap_policy import keep_freed_memory; print(keep_freed_memory())"
+_CALL = "from gate.runtime.heap_policy import keep_freed_memory; print(keep_freed_memory())"
 _GLIBC_ENV = ("MALLOC_MMAP_THRESHOLD_", "MALLOC_TRIM_THRESHOLD_", "GLIBC_TUNABLES")
 
 

@@ -1,5 +1,6 @@
-"""gate/huge_pages.py: `batchgate` turns numpy's huge-page madvise off for its own process, unless
-NUMPY_MADVISE_HUGEPAGE chose; checked in child processes (the switch is process-wide)."""
+"""gate/runtime/huge_pages.py: `batchgate` turns numpy's huge-page madvise off for its own
+process, unless NUMPY_MADVISE_HUGEPAGE chose; checked in child processes (the switch is
+process-wide)."""
 
 from __future__ import annotations
 
@@ -39,7 +40,7 @@ def test_the_command_turns_numpys_huge_page_madvise_off() -> None:
     before, _ = _run("", None)
     if before != "True":
         pytest.skip("numpy does not madvise huge pages on this kernel")
-    off = "from gate.huge_pages import prefer_small_pages; assert prefer_small_pages()"
+    off = "from gate.runtime.huge_pages import prefer_small_pages; assert prefer_small_pages()"
     assert _run(off, None) == ["True", "False"]
     # The command itself does it before parsing: `batchgate --help` exits through argparse.
     cli = "from gate.cli import main\ntry:\n    main(['--help'])\nexcept SystemExit:\n    pass"
@@ -47,6 +48,6 @@ def test_the_command_turns_numpys_huge_page_madvise_off() -> None:
 
 
 def test_the_environment_keeps_its_own_choice() -> None:
-    keep = "from gate.huge_pages import prefer_small_pages; assert not prefer_small_pages()"
+    keep = "from gate.runtime.huge_pages import prefer_small_pages; assert not prefer_small_pages()"
     before, after = _run(keep, "1")
     assert before == after

@@ -33,8 +33,7 @@ STAGES: dict[str, int] = {
     "gate.stats": 0,
     "gate.sequential": 0,
     "gate.glossary": 0,
-    "gate.huge_pages": 0,
-    "gate.heap_policy": 0,
+    "gate.runtime": 0,
     "gate.gates": 1,
     "gate.rundir": 1,
     "gate.observers": 1,
@@ -54,8 +53,7 @@ LEAF_ORDER = (
     "gate.glossary",
     "gate.stats",
     "gate.sequential",
-    "gate.huge_pages",
-    "gate.heap_policy",
+    "gate.runtime",
 )
 
 

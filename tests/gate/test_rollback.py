@@ -9,8 +9,8 @@ import pytest
 from fake_target import closed_port_url, running_target
 
 from gate.cli import main
-from gate.gates.equivalents import equivalent_settings, format_equivalents
-from gate.rollback import (
+from gate.rollback.equivalents import equivalent_settings, format_equivalents
+from gate.rollback.live import (
     AdminRefused,
     BatchingNotSupported,
     PresetRejected,
@@ -243,7 +243,7 @@ def test_equivalents_cover_every_key_for_every_server():
 
 
 def test_a_null_dispatch_threshold_maps_to_no_preferred_batch_size_on_triton():
-    from gate.gates.equivalents import equivalent_settings
+    from gate.rollback.equivalents import equivalent_settings
 
     rows = equivalent_settings({"interactive": {"dispatch_threshold": None}})["triton"]
     (row,) = [r for r in rows if r.key == "interactive.dispatch_threshold"]

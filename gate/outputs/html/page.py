@@ -23,7 +23,7 @@ from gate.outputs.text import (
     rollback_line,
 )
 from gate.units import UnitKind, format_value
-from gate.verdicts.model import Evaluation, Status
+from gate.verdicts.verdict import Evaluation, Status
 
 __all__ = ["STYLE", "figure_html", "gate_table", "key_value_table", "load_table", "notes_list"]
 

@@ -28,7 +28,7 @@ from gate.outputs.html.page import (
 )
 from gate.outputs.html.series import profile_figures
 from gate.rundir.run import RunData, RunDirError, load_run
-from gate.verdicts.model import Evaluation
+from gate.verdicts.verdict import Evaluation
 
 __all__ = ["ReportError", "render_report", "write_report"]
 

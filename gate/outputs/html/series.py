@@ -18,7 +18,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from gate.gates.model import Scope, Settings, Slos
+from gate.gates.spec import Scope, Settings, Slos
 from gate.metrics import derive, measurements
 from gate.metrics.window import window_of
 from gate.outputs.html.slices import clip_profile

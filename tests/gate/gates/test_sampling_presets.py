@@ -3,9 +3,9 @@ servers that cannot take them (no setting: their rollback values are those serve
 
 import pytest
 
-from gate.gates.equivalents import equivalent_settings
 from gate.gates.file import loads
 from gate.gates.reader import GatesFileError
+from gate.rollback.equivalents import equivalent_settings
 
 _FILE = """
 version: 1

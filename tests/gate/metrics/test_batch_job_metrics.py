@@ -9,12 +9,12 @@ from rundir_builder import MONO0, request_records, write_manifest, write_profile
 
 from gate.errors import ExitCode
 from gate.gates.file import loads
-from gate.gates.model import Scope, Settings, Slos
+from gate.gates.spec import Scope, Settings, Slos
 from gate.metrics.derive import measure
 from gate.metrics.measurements import NoData, Scalar
 from gate.rundir.run import load_run
 from gate.verdicts.evaluate import evaluate
-from gate.verdicts.model import Status
+from gate.verdicts.verdict import Status
 
 SUBMIT_AT = MONO0 + 5.0
 

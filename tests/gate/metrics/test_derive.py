@@ -4,7 +4,7 @@ import numpy as np
 import pytest
 from rundir_builder import WALL0, request_records, step_records, write_profile
 
-from gate.gates.model import Scope, Settings, Slos
+from gate.gates.spec import Scope, Settings, Slos
 from gate.metrics.derive import measure
 from gate.metrics.measurements import Events, Histogram, NoData, Samples, Scalar, Series
 from gate.rundir.run import load_run

@@ -9,7 +9,7 @@ import pytest
 from rundir_builder import request_records, write_jsonl, write_manifest, write_profile
 
 from gate.gates.file import loads
-from gate.gates.model import Scope, Settings, Slos
+from gate.gates.spec import Scope, Settings, Slos
 from gate.metrics.consistency import ALONE_RECORDS, compare
 from gate.metrics.derive import measure
 from gate.metrics.measurements import NoData, Samples, Scalar

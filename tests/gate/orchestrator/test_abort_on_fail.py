@@ -18,7 +18,7 @@ from gate.rundir.abort import SNAPSHOT_FILES, AbortRecord, read_abort, write_abo
 from gate.rundir.requests import read_requests
 from gate.rundir.run import RunDirError, load_run, profile_prefix
 from gate.verdicts.evaluate import evaluate
-from gate.verdicts.model import Status
+from gate.verdicts.verdict import Status
 
 ABORT_GATES = """\
 version: 1

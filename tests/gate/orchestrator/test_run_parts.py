@@ -14,7 +14,7 @@ from process_scan import processes_mentioning
 
 from gate.gates.file import load
 from gate.orchestrator.live import LiveView, RecordTail
-from gate.orchestrator.presets import live_settings, server_flags, start_only
+from gate.orchestrator.preset_flags import live_settings, server_flags, start_only
 from gate.orchestrator.processes import start_child
 from gate.orchestrator.suite import select_suite
 

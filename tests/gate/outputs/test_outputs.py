@@ -10,7 +10,7 @@ from rich.console import Console
 from gate.errors import ExitCode
 from gate.outputs import junit, summary, terminal
 from gate.outputs.files import read_verdicts, write_outputs
-from gate.verdicts.model import Evaluation, Status, Verdict
+from gate.verdicts.verdict import Evaluation, Status, Verdict
 
 
 def _verdict(gate, status, **kwargs):

@@ -12,7 +12,7 @@ import pytest
 from rundir_builder import GATES_YAML, make_run
 
 from gate.gates.file import loads
-from gate.gates.model import Scope, Settings, Slos
+from gate.gates.spec import Scope, Settings, Slos
 from gate.metrics import derive, measurements
 from gate.outputs.files import write_outputs
 from gate.outputs.html.report import REPORT_FILE, ReportError, write_report

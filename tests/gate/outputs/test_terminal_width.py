@@ -15,7 +15,7 @@ from gate.cli import main
 from gate.commands._common import console_width
 from gate.errors import ExitCode
 from gate.outputs import terminal
-from gate.verdicts.model import Evaluation, Status, Verdict
+from gate.verdicts.verdict import Evaluation, Status, Verdict
 
 PROFILES = ("night_trickle", "chat_sessions", "priority_mix", "offline_job")
 NAMES = ("kv_leak_after_drain", "measurement_valid", "chat_during_offline_job", "no_errors")

@@ -10,7 +10,7 @@ from gate.metrics.measurements import Samples
 from gate.stats import Bounds
 from gate.units import Threshold, UnitKind
 from gate.verdicts.assess import Assessment, bounds_judgement, combine, point_value
-from gate.verdicts.model import Status
+from gate.verdicts.verdict import Status
 
 
 def limit(op: str, value: float) -> Threshold:

@@ -13,7 +13,7 @@ from gate.rundir.run import load_run
 from gate.units import UnitKind, parse_threshold
 from gate.verdicts.assess import assess
 from gate.verdicts.evaluate import IncrementalEvaluator, evaluate
-from gate.verdicts.model import Status
+from gate.verdicts.verdict import Status
 
 
 def _gates(body: str, settings: str = "") -> object:

@@ -12,7 +12,7 @@ from gate.errors import ExitCode
 from gate.gates.file import loads
 from gate.rundir.run import load_run
 from gate.verdicts.evaluate import evaluate
-from gate.verdicts.model import Status
+from gate.verdicts.verdict import Status
 
 NO_ERRORS = loads(
     """\

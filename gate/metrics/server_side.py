@@ -26,7 +26,7 @@ from gate.metrics.measurements import (
 from gate.metrics.window import Window, in_intervals, request_mask, scope_seconds, stage_intervals
 
 if TYPE_CHECKING:
-    from gate.gates.model import Scope
+    from gate.gates.spec import Scope
     from gate.rundir.run import ProfileData
 
 __all__ = ["server"]

@@ -3,7 +3,7 @@
 Owns the HTTP exchange with the bundled server's `GET`/`PUT /admin/batching` (snapshot the
 current settings, apply the preset, return what was there before so rolling forward is one
 command) and the errors a user can act on (unreachable, refused, rejected, not supported). The
-mapping of presets to other servers' settings is `gate.gates.equivalents`. It does not parse
+mapping of presets to other servers' settings is `gate.rollback.equivalents`. It does not parse
 gates files (gate.gates.file does) or print.
 """
 
