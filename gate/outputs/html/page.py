@@ -12,7 +12,7 @@ import json
 from collections.abc import Iterable
 from typing import Any
 
-from gate.outputs.html.series import Figure
+from gate.outputs.html.figure import Figure
 from gate.outputs.html.svg import Chart, render_chart
 from gate.outputs.summary import ordered
 from gate.outputs.text import (

@@ -1,13 +1,12 @@
 """The data behind every figure of the HTML report, measured through `gate.metrics.derive` only.
 
-Owns what each figure shows and where its numbers come from: latency CDFs (TTFT, ITL, E2E, split by
-priority and length class where a profile has more than one), and time series in bins over the
-profile (offered / achieved / completed rate, rolling p99 TTFT per class, the prefix-cache hit
-ratio of a replayed trace, queue length per class,
-the offline job's timeline beside the chat latency, KV usage, memory, step latency), each bin's
-value being `gate.metrics.derive.measure` on the profile clipped to that bin
-(`gate.outputs.html.slices`). Stages (burst baseline / spike / recovery) and the warm-up become
-shaded bands. A figure without data carries the reason instead. It does not draw
+Owns what each figure shows and where its numbers come from: the latency CDFs
+(`gate.outputs.html.cdf`) first, then time series in bins over the profile (offered / achieved /
+completed rate, rolling p99 TTFT per class, the prefix-cache hit ratio of a replayed trace,
+queue length per class, the offline job's timeline beside the chat latency, KV usage, memory,
+step latency), each bin's value being `gate.metrics.derive.measure` on the profile clipped to
+that bin (`gate.outputs.html.slices`). Stages (burst baseline / spike / recovery) and the
+warm-up become shaded bands. A figure without data carries the reason instead. It does not draw
 (`gate.outputs.html.svg`) or lay out the page (`gate.outputs.html.report`).
 """
 
@@ -18,44 +17,22 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from gate.gates.spec import Scope, Settings, Slos
-from gate.metrics import derive, measurements
+from gate.gates.spec import Scope
+from gate.metrics import measurements
 from gate.metrics.window import window_of
+from gate.outputs.html.cdf import CDF_METRICS, cdf_figure
+from gate.outputs.html.figure import Figure, classes_of, measure_in
 from gate.outputs.html.slices import clip_profile
 from gate.outputs.html.svg import Band, Line
 from gate.rundir.run import ProfileData
-from gate.units import UnitKind, format_value
+from gate.units import UnitKind
 from gate.verdicts.assess import point_value
 
 __all__ = ["Figure", "TimeAxis", "profile_figures", "time_axis"]
 
 _TARGET_BINS = 60
 _MIN_BIN_SECONDS = 0.25
-_CDF_POINTS = 300
 _HISTOGRAM_TRAIL_SECONDS = 3.0
-_DEFAULT_SETTINGS = Settings()
-_NO_SLOS = Slos()
-
-
-@dataclass(frozen=True, kw_only=True)
-class Figure:
-    key: str  # stable id, e.g. "ttft-cdf"
-    title: str
-    x_label: str
-    y_label: str
-    x_unit: UnitKind
-    y_unit: UnitKind
-    lines: tuple[Line, ...] = ()
-    bands: tuple[Band, ...] = ()
-    x_log: bool = False
-    y_min: float | None = None
-    y_max: float | None = None
-    note: str | None = None
-    no_data: str | None = None  # set exactly when there is nothing to draw
-
-    @property
-    def has_data(self) -> bool:
-        return self.no_data is None
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -106,96 +83,6 @@ def _bands(profile: ProfileData, axis: TimeAxis) -> tuple[Band, ...]:
     return tuple(bands)
 
 
-def _classes(profile: ProfileData, key: str) -> list[str]:
-    req = profile.requests
-    if req is None:
-        return []
-    column = getattr(req, key)
-    present = set(np.unique(column.codes).tolist())
-    return [name for i, name in enumerate(column.names) if i in present]
-
-
-def _measure(
-    profile: ProfileData, metric: str, statistic: str, scope: Scope, *, warmup: float | None
-) -> measurements.Measurement:
-    return derive.measure(
-        profile,
-        metric,
-        statistic,
-        scope,
-        slos=_NO_SLOS,
-        settings=_DEFAULT_SETTINGS,
-        warmup_seconds=warmup,
-    )
-
-
-def _cdf_line(label: str, values: np.ndarray, unit: UnitKind) -> Line:
-    # Quantiles on a grid dense in the tail: the p99 region stays visible in 300 points.
-    probabilities = np.unique(
-        np.concatenate(
-            [
-                np.linspace(0.0, 1.0, _CDF_POINTS // 2),
-                1.0 - np.geomspace(1e-4, 0.1, _CDF_POINTS // 2),
-            ]
-        )
-    )
-    if len(values) <= _CDF_POINTS:
-        x = np.sort(values)
-        y = np.arange(1, len(x) + 1) / len(x)
-    else:
-        x = np.quantile(values, probabilities, method="inverted_cdf")
-        y = probabilities
-    p99 = point_value(measurements.Samples(values=values), "p99")
-    text = f"{label} (n={len(values)}, p99 {format_value(p99, unit)})"
-    return Line(label=text, x=x, y=y, step=True)
-
-
-_CDF_METRICS = (
-    ("ttft", "TTFT", "time to first token"),
-    ("itl", "ITL", "inter-token latency (per token)"),
-    ("e2e", "E2E", "end-to-end latency (ok requests)"),
-)
-
-
-def _cdf_figure(profile: ProfileData, metric: str, short: str, long: str) -> Figure:
-    groups: list[tuple[str, Scope]] = [("all", Scope())]
-    for key in ("priority", "length_class"):
-        classes = _classes(profile, key)
-        if len(classes) > 1:
-            groups.extend(
-                (f"{key.replace('_class', '')}={c}", Scope(**{key: (c,)})) for c in classes
-            )
-    lines, reasons = [], []
-    for label, scope in groups:
-        measurement = _measure(profile, metric, "p99", scope, warmup=None)
-        if isinstance(measurement, measurements.NoData):
-            reasons.append(measurement.reason)
-        elif isinstance(measurement, measurements.Samples) and len(measurement.values):
-            lines.append(_cdf_line(label, measurement.values, UnitKind.DURATION))
-    common = {
-        "key": f"{metric}-cdf",
-        "title": f"{short} distribution — {long}",
-        "x_label": short,
-        "y_label": "share of samples ≤ x",
-        "x_unit": UnitKind.DURATION,
-        "y_unit": UnitKind.RATIO,
-    }
-    if not lines:
-        reason = reasons[0] if reasons else f"no {short} samples in the measured window"
-        return Figure(**common, no_data=reason)
-    values = np.concatenate([ln.x for ln in lines])
-    positive = values[values > 0]
-    x_log = len(positive) == len(values) and positive.max() / positive.min() > 30
-    return Figure(
-        **common,
-        lines=tuple(lines),
-        x_log=x_log,
-        y_min=0.0,
-        y_max=1.0,
-        note="warm-up excluded; x axis logarithmic" if x_log else "warm-up excluded",
-    )
-
-
 class _Slices:
     """Clipped copies of one profile, made once per interval and shared by every figure."""
 
@@ -218,7 +105,7 @@ def _binned(
     reason = None
     for i, end in enumerate(axis.edges[1:]):
         piece = slices.get(float(end) - trail, float(end))
-        measurement = _measure(piece, metric, statistic, scope, warmup=0.0)
+        measurement = measure_in(piece, metric, statistic, scope, warmup=0.0)
         if isinstance(measurement, measurements.NoData):
             reason = reason or measurement.reason
             continue
@@ -351,7 +238,7 @@ def _job_figure(profile: ProfileData, axis: TimeAxis, bands: tuple[Band, ...]) -
     return Figure(**common, bands=tuple(job_bands), lines=tuple(lines), y_min=0.0, note=note)
 
 
-def _server_classes(profile: ProfileData) -> list[str]:
+def _serverclasses_of(profile: ProfileData) -> list[str]:
     classes: set[str] = set()
     if profile.steps is not None:
         classes |= set(profile.steps.num_waiting)
@@ -365,11 +252,11 @@ def _server_classes(profile: ProfileData) -> list[str]:
 def _time_figures(profile: ProfileData, axis: TimeAxis) -> list[Figure]:
     bands = _bands(profile, axis)
     rolling = max(3 * axis.bin_seconds, 2.0)
-    priorities = _classes(profile, "priority")
+    priorities = classes_of(profile, "priority")
     ttft_curves = [("all", "p99", Scope())]
     if len(priorities) > 1:
         ttft_curves += [(c, "p99", Scope(priority=(c,))) for c in priorities]
-    queue_classes = _server_classes(profile)
+    queue_classes = _serverclasses_of(profile)
     queue_curves = [(c, "peak", Scope(priority=(c,))) for c in queue_classes] or [
         ("all", "peak", Scope())
     ]
@@ -450,7 +337,7 @@ _TIME_FIGURES = (
 
 def profile_figures(profile: ProfileData) -> list[Figure]:
     """Every figure of one profile, in page order; each has lines or a no-data reason."""
-    figures = [_cdf_figure(profile, *spec) for spec in _CDF_METRICS]
+    figures = [cdf_figure(profile, *spec) for spec in CDF_METRICS]
     axis = time_axis(profile)
     if axis is None:
         reason = "the profile has no measured window (no load.json window and no requests)"

@@ -1,65 +1,16 @@
-"""The metric glossary (docs/gates.md) as data: every gateable metric's name and what fits it.
+"""Every gateable metric's glossary entry (docs/gates.md lists the same, generated from here).
 
-Owns, per metric: where it is measured (client / server / gpu / run), what shape its data has
-(per-event samples, per-request events, a time series, a counter, one value per window), the
-unit it is measured in, which statistics fit it and which scope keys apply. It does not know how
-values are computed (`gate.metrics.derive`) or judged (`gate.verdicts.evaluate`).
+Owns the data: per metric, its source, shape, unit, the statistics that fit it, the scope keys
+that apply, its description, and the Prometheus histogram that estimates it when exact samples
+are absent. Types are in `gate.glossary.metric`; lookup in `gate.glossary`.
 """
 
 from __future__ import annotations
 
-import difflib
-import enum
-from collections.abc import Mapping
-from dataclasses import dataclass
-from types import MappingProxyType
-
-from gate.errors import BatchgateError, ExitCode
+from gate.glossary.metric import PERCENTILES, SCOPE_KEYS, Metric, Shape, Source
 from gate.units import UnitKind
 
-__all__ = [
-    "METRICS",
-    "PERCENTILES",
-    "SCOPE_KEYS",
-    "STATISTICS",
-    "Metric",
-    "Shape",
-    "Source",
-    "UnknownMetricError",
-    "get_metric",
-    "statistic_unit",
-]
-
-
-class UnknownMetricError(BatchgateError, KeyError):
-    """A metric name that is not in the glossary; the message suggests the nearest names."""
-
-    default_exit_code = ExitCode.INVALID_GATES
-
-    def __str__(self) -> str:
-        return str(self.args[0])
-
-
-class Source(str, enum.Enum):
-    CLIENT = "client"
-    SERVER = "server"
-    GPU = "gpu"
-    RUN = "run"
-
-
-class Shape(str, enum.Enum):
-    SAMPLES = "samples"  # one value per event (request, token gap, step): percentiles fit
-    EVENTS = "events"  # a yes/no per request: count, rate, mean (= share of requests)
-    SERIES = "series"  # sampled over time: peak, mean, final
-    COUNTER = "counter"  # monotonically increasing total: delta, rate
-    SCALAR = "scalar"  # one value for the window
-
-
-PERCENTILES: Mapping[str, float] = MappingProxyType(
-    {"p50": 0.50, "p75": 0.75, "p90": 0.90, "p95": 0.95, "p99": 0.99, "p999": 0.999}
-)
-STATISTICS = (*PERCENTILES, "max", "mean", "rate", "count", "peak", "delta", "final")
-SCOPE_KEYS = ("profile", "stage", "priority", "length_class", "endpoint")
+__all__ = ["ENTRIES"]
 
 _SAMPLE_STATS = (*PERCENTILES, "max", "mean")
 _CLIENT_SCOPES = frozenset(SCOPE_KEYS)
@@ -67,32 +18,11 @@ _WINDOW_SCOPES = frozenset({"profile", "stage"})
 _PROFILE_SCOPE = frozenset({"profile"})
 
 
-@dataclass(frozen=True, kw_only=True)
-class Metric:
-    name: str
-    source: Source
-    shape: Shape
-    unit: UnitKind
-    statistics: tuple[str, ...]
-    scopes: frozenset[str]
-    description: str
-    # Histogram name in scrapes.jsonl that estimates this metric when exact samples are absent.
-    histogram: str | None = None
-    higher_is_better: bool = False
-    # On a target other than the bundled server a failure is reported as a warning (with what
-    # was measured): information about that server, not a fault of the run.
-    warn_only_on_foreign: bool = False
-
-    @property
-    def default_statistic(self) -> str | None:
-        return self.statistics[0] if len(self.statistics) == 1 else None
-
-
 def _m(**kwargs: object) -> Metric:
     return Metric(**kwargs)  # type: ignore[arg-type]
 
 
-_ALL = (
+ENTRIES: tuple[Metric, ...] = (
     _m(
         name="ttft",
         source=Source.CLIENT,
@@ -449,27 +379,3 @@ _ALL = (
         description="offline job: output tokens / batch_job_seconds (load.json batch_job)",
     ),
 )
-
-METRICS: Mapping[str, Metric] = MappingProxyType({m.name: m for m in _ALL})
-
-
-def get_metric(name: str) -> Metric:
-    """The glossary entry for `name`, or UnknownMetricError naming the closest ones."""
-    try:
-        return METRICS[name]
-    except KeyError:
-        close = difflib.get_close_matches(name, list(METRICS), n=3)
-        hint = f"; did you mean {', '.join(close)}?" if close else ""
-        raise UnknownMetricError(
-            f"unknown metric {name!r}{hint} (glossary: {', '.join(METRICS)})"
-        ) from None
-
-
-def statistic_unit(metric: Metric, statistic: str) -> UnitKind:
-    """The unit a statistic of a metric is measured in: counts and rates change the unit."""
-    if metric.shape in (Shape.EVENTS, Shape.COUNTER):
-        if statistic in ("count", "delta"):
-            return UnitKind.COUNT
-        if statistic == "rate":
-            return UnitKind.RATE
-    return metric.unit
