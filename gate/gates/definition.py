@@ -45,27 +45,59 @@ class GateReader(FieldReader):
             values[key] = tuple(items)
         return Scope(**values)
 
+    _GATE_KEYS = (
+        "name",
+        "description",
+        "source",
+        "metric",
+        "statistic",
+        "scope",
+        "fail",
+        "warn",
+        "monitor",
+        "key",
+        "rollback",
+        "knob",
+        "abort_on_fail",
+        "relative_to",
+        "baseline",
+        "slos",
+        "warmup_seconds",
+    )
+
     def gate(self, raw: Any, kp: str, *, presets: Mapping[str, Any], slos: Slos) -> Gate:
-        keys = (
-            "name",
-            "description",
-            "source",
-            "metric",
-            "statistic",
-            "scope",
-            "fail",
-            "warn",
-            "monitor",
-            "key",
-            "rollback",
-            "knob",
-            "abort_on_fail",
-            "relative_to",
-            "baseline",
-            "slos",
-            "warmup_seconds",
+        """One `gates:` entry, its field groups read in the order their errors are reported:
+        what it judges (name, metric, statistic, scope), what it compares with (another scope
+        or a baseline), its limits, and its options (SLOs, rollback, abort, warm-up, knob)."""
+        raw = self.mapping(raw, kp, self._GATE_KEYS)
+        name, metric, statistic = self._judged(raw, kp)
+        scope = self.scope(
+            raw.get("scope", {}), f"{kp}.scope", allowed=metric.scopes, metric=metric.name
         )
-        raw = self.mapping(raw, kp, keys)
+        relative_to, regression = self._compared_with(raw, kp, metric, statistic, scope)
+        thresholds, monitor = self._limits(raw, kp, metric, statistic, relative_to, regression)
+        options = self._options(raw, kp, metric, presets, slos, thresholds, monitor)
+        return Gate(
+            name=name,
+            metric=metric.name,
+            statistic=statistic,
+            scope=scope,
+            line=self.loc.lines.get(kp),
+            description=str(raw.get("description", "")),
+            fail=thresholds.get("fail"),
+            warn=thresholds.get("warn"),
+            monitor=monitor,
+            key=self.boolean(raw.get("key", False), f"{kp}.key"),
+            relative_to=relative_to,
+            regression=regression,
+            key_lines={
+                k: self.loc.lines[f"{kp}.{k}"] for k in raw if f"{kp}.{k}" in self.loc.lines
+            },
+            **options,
+        )
+
+    def _judged(self, raw: dict[str, Any], kp: str) -> tuple[str, glossary.Metric, str]:
+        """The gate's name, its metric and the statistic of it that is judged."""
         if "name" not in raw:
             raise self.err(kp, "every gate needs a `name`")
         name = self.text(raw["name"], f"{kp}.name")
@@ -109,9 +141,12 @@ class GateReader(FieldReader):
                 f"{hint}: {statistic!r} for metric {metric.name!r}; "
                 f"use one of {', '.join(metric.statistics)}",
             )
-        scope = self.scope(
-            raw.get("scope", {}), f"{kp}.scope", allowed=metric.scopes, metric=metric.name
-        )
+        return name, metric, statistic
+
+    def _compared_with(
+        self, raw: dict[str, Any], kp: str, metric: glossary.Metric, statistic: str, scope: Scope
+    ) -> tuple[Scope | None, Regression | None]:
+        """Another scope (`relative_to`) or a baseline (`baseline`), never both; or neither."""
         relative_to = None
         if "relative_to" in raw:
             relative_to = self.relative(
@@ -124,6 +159,18 @@ class GateReader(FieldReader):
                 raise self.err(
                     f"{kp}.baseline", "a gate compares to a baseline or to another scope, not both"
                 )
+        return relative_to, regression
+
+    def _limits(
+        self,
+        raw: dict[str, Any],
+        kp: str,
+        metric: glossary.Metric,
+        statistic: str,
+        relative_to: Scope | None,
+        regression: Regression | None,
+    ) -> tuple[dict[str, Threshold], bool]:
+        """The `fail:`/`warn:` thresholds in the statistic's unit, and whether it is a monitor."""
         unit = (
             UnitKind.FACTOR
             if relative_to is not None
@@ -162,6 +209,19 @@ class GateReader(FieldReader):
             and thresholds["fail"].op != thresholds["warn"].op
         ):
             raise self.err(f"{kp}.warn", "warn and fail must use the same comparison")
+        return thresholds, monitor
+
+    def _options(
+        self,
+        raw: dict[str, Any],
+        kp: str,
+        metric: glossary.Metric,
+        presets: Mapping[str, Any],
+        slos: Slos,
+        thresholds: Mapping[str, Threshold],
+        monitor: bool,
+    ) -> dict[str, Any]:
+        """The gate's own SLOs (goodput), rollback preset, abort_on_fail, warm-up and knob."""
         gate_slos = self.slos(raw["slos"], f"{kp}.slos") if "slos" in raw else None
         if metric.name == "goodput" and (gate_slos or slos).empty:
             raise self.err(
@@ -186,30 +246,13 @@ class GateReader(FieldReader):
             else None
         )
         knob = self.text(raw["knob"], f"{kp}.knob") if "knob" in raw else None
-        description = str(raw.get("description", ""))
-        key = self.boolean(raw.get("key", False), f"{kp}.key")
-        return Gate(
-            name=name,
-            metric=metric.name,
-            statistic=statistic,
-            scope=scope,
-            line=self.loc.lines.get(kp),
-            description=description,
-            fail=thresholds.get("fail"),
-            warn=thresholds.get("warn"),
-            monitor=monitor,
-            key=key,
-            rollback=rollback,
-            knob=knob,
-            abort_on_fail=abort,
-            relative_to=relative_to,
-            regression=regression,
-            slos=gate_slos,
-            warmup_seconds=warmup,
-            key_lines={
-                k: self.loc.lines[f"{kp}.{k}"] for k in raw if f"{kp}.{k}" in self.loc.lines
-            },
-        )
+        return {
+            "slos": gate_slos,
+            "rollback": rollback,
+            "abort_on_fail": abort,
+            "warmup_seconds": warmup,
+            "knob": knob,
+        }
 
     def relative(
         self, raw: Any, kp: str, metric: glossary.Metric, statistic: str, scope: Scope
