@@ -26,12 +26,13 @@ from gate.errors import ExitCode, UsageError
 from gate.gates.file import load, packaged_gates_path
 from gate.gates.reader import GatesFileError
 from gate.gates.spec import GatesFile
+from gate.json_shapes import problem
 from gate.orchestrator.preset_flags import start_only
 from gate.orchestrator.suite import SUITE_FILE
 from gate.outputs.files import read_verdicts
 from gate.rundir.consistency import run_mismatches
 from gate.rundir.run import RunData, RunDirError, load_run
-from gate.rundir.shapes import VERDICT_KEYS, VERDICTS, problem
+from gate.rundir.shapes import VERDICT_KEYS, VERDICTS
 from gate.verdicts.verdict import Evaluation
 
 __all__ = [

@@ -9,13 +9,13 @@ Runs the first phase of `batchgate run` (docs/calibration.md) against the bundle
 from __future__ import annotations
 
 import argparse
-import json
 from pathlib import Path
-from typing import Any
 
 from rich.console import Console
 from rich.table import Table
 
+from gate.calibration.content import CALIBRATION_FILE, Calibration
+from gate.calibration.json_io import read_calibration
 from gate.commands import _options as options
 from gate.commands._common import (
     add_common_arguments,
@@ -24,7 +24,6 @@ from gate.commands._common import (
     output_console,
 )
 from gate.errors import BatchgateError, ExitCode, UsageError
-from gate.orchestrator.calibration import CALIBRATION_FILE
 from gate.orchestrator.live import LiveView
 from gate.orchestrator.plan import ProfilePlan
 from gate.orchestrator.run_config import RunConfig
@@ -88,35 +87,40 @@ def run(args: argparse.Namespace) -> int:
         reason = result.fault.message if result.fault is not None else "no calibration"
         err.print(f"batchgate calibrate: {reason}", markup=False)
         return int(ExitCode.NO_DATA)
-    _print(json.loads(path.read_text(encoding="utf-8")), path)
+    try:
+        calibration = read_calibration(path)
+    except BatchgateError as exc:
+        err.print(f"batchgate calibrate: {exc}", markup=False)
+        return int(exc.exit_code)
+    _print(calibration, path)
     return int(ExitCode.PASSED)
 
 
-def _seconds(entry: dict[str, Any] | None, key: str) -> str:
-    value = (entry or {}).get(key)
+def _seconds(value: float | None) -> str:
     return "—" if value is None else format_value(float(value), UnitKind.DURATION)
 
 
-def _print(data: dict[str, Any], path: Path) -> None:
+def _print(calibration: Calibration, path: Path) -> None:
     out = output_console()
     table = Table(title="unloaded (lone short requests)")
     for header in ("metric", "p50", "p90", "n"):
         table.add_column(header)
-    for metric, entry in (data.get("unloaded", {}).get("short") or {}).items():
-        table.add_row(metric, _seconds(entry, "p50"), _seconds(entry, "p90"), str(entry["n"]))
+    for metric, entry in calibration.unloaded.get("short", {}).items():
+        table.add_row(metric, _seconds(entry.p50), _seconds(entry.p90), str(entry.n))
     out.print(table)
-    cap = (data.get("capacity") or {}).get("short") or {}
-    out.print(
-        f"capacity ({cap.get('users')} closed-loop users): {cap.get('rps', 0):.1f} req/s "
-        f"[{cap.get('rps_low', 0):.1f}, {cap.get('rps_high', 0):.1f}], "
-        f"{cap.get('output_tokens_per_second', 0):.0f} output tokens/s",
-        markup=False,
-    )
-    kv = data.get("kv_capacity") or {}
-    tokens = kv.get("tokens")
+    cap = calibration.capacity.get("short")
+    if cap is not None:
+        out.print(
+            f"capacity ({cap.users} closed-loop users): {cap.rps or 0:.1f} req/s "
+            f"[{cap.rps_low or 0:.1f}, {cap.rps_high or 0:.1f}], "
+            f"{cap.output_tokens_per_second or 0:.0f} output tokens/s",
+            markup=False,
+        )
+    kv = calibration.kv_capacity
+    tokens = None if kv is None else kv.tokens
     out.print(
         f"KV capacity: {'unknown' if tokens is None else f'{tokens} tokens'} "
-        f"(source {kv.get('source')}); took {data.get('took_seconds')} s",
+        f"(source {None if kv is None else kv.source}); took {calibration.took_seconds} s",
         markup=False,
     )
     out.print(f"calibration: {path}", markup=False)

@@ -18,6 +18,8 @@ from typing import Any
 from rich.console import Console
 from rich.table import Table
 
+from gate.calibration.content import CALIBRATION_FILE
+from gate.calibration.json_io import read_calibration
 from gate.commands import _options as options
 from gate.commands._common import (
     add_common_arguments,
@@ -28,7 +30,6 @@ from gate.commands._common import (
 )
 from gate.errors import BatchgateError, ExitCode, UsageError
 from gate.orchestrator.bundled_server import BundledServer, ServerOptions, start_bundled_server
-from gate.orchestrator.calibration import CALIBRATION_FILE
 from gate.orchestrator.live import LiveView
 from gate.orchestrator.plan import PlanError, parse_sets, resolve_plans
 from gate.orchestrator.preset_flags import server_flags
@@ -211,8 +212,10 @@ def _bracket(
     if calibrated.exit_code != ExitCode.PASSED or not path.is_file():
         reason = calibrated.fault.message if calibrated.fault is not None else "no calibration"
         raise UsageError(f"could not calibrate the target: {reason}", ExitCode.NO_DATA)
-    data = json.loads(path.read_text(encoding="utf-8"))
-    tokens = data["capacity"]["short"]["output_tokens_per_second"]
+    measured = read_calibration(path).capacity.get("short")
+    tokens = None if measured is None else measured.output_tokens_per_second
+    if tokens is None:
+        raise UsageError(f"{path}: no capacity.short.output_tokens_per_second", ExitCode.NO_DATA)
     capacity = tokens / mix_output_tokens(params)
     view.message(f"batchgate sweep: calibrated capacity for {args.profile}: {capacity:.3g} req/s")
     low = args.min_rate if args.min_rate is not None else 0.25 * capacity

@@ -250,10 +250,7 @@ def _finish(args: argparse.Namespace, tune_dir: Path, outcome: TuneOutcome, obje
         "preset_error": preset_error,
         "runs_skipped_for_budget": search.skipped,
         "ended": search.ended,
-        "calibration": {
-            "unloaded": calibration.get("unloaded"),
-            "capacity": calibration.get("capacity"),
-        },
+        "calibration": calibration.as_written("unloaded", "capacity"),
         "candidates": [c.to_dict() for c in candidates],
     }
     (tune_dir / TUNE_FILE).write_text(json.dumps(data, indent=2, default=str) + "\n")

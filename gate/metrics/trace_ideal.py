@@ -1,20 +1,21 @@
 """The ideal prefix-cache hit ratio of a profile's replayed trace window, for `"> 0.8x ideal"`.
 
 Owns reading the window a `trace` profile wrote (`<profile>/trace.jsonl`: per request, in send
-order, its prompt length, prefix hash ids and tokens per hash block) and the target's KV capacity
-in tokens (calibration.json `kv_capacity.tokens`), and turning them into the ideal that the gate
-compares the server's measured hit ratio with: the window's hash ids through an LRU the size of
-the KV capacity (`gate.metrics.prefix_ideal`), or through an infinite one, said in the note,
-where the target does not state its capacity. It does not judge.
+order, its prompt length, prefix hash ids and tokens per hash block), and turning it and the
+target's KV capacity in tokens (calibration.json `kv_capacity.tokens`, asked of
+`gate.calibration.references`) into the ideal that the gate compares the server's measured hit
+ratio with: the window's hash ids through an LRU the size of the KV capacity
+(`gate.metrics.prefix_ideal`), or through an infinite one, said in the note, where the target
+does not state its capacity. It does not judge.
 """
 
 from __future__ import annotations
 
-import math
-from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
+from gate.calibration.content import Calibration
+from gate.calibration.references import kv_capacity_tokens
 from gate.metrics.prefix_ideal import ideal_hit_ratio
 
 if TYPE_CHECKING:
@@ -29,15 +30,7 @@ class Ideal:
     note: str
 
 
-def _capacity_tokens(calibration: Mapping[str, Any] | None) -> int | None:
-    node = (calibration or {}).get("kv_capacity")
-    tokens = node.get("tokens") if isinstance(node, Mapping) else None
-    if isinstance(tokens, (int, float)) and not isinstance(tokens, bool) and math.isfinite(tokens):
-        return int(tokens) if tokens > 0 else None
-    return None
-
-
-def profile_ideal(profile: ProfileData, calibration: Mapping[str, Any] | None) -> Ideal:
+def profile_ideal(profile: ProfileData, calibration: Calibration | None) -> Ideal:
     window = profile.trace_window
     if window is None:
         return Ideal(
@@ -54,7 +47,8 @@ def profile_ideal(profile: ProfileData, calibration: Mapping[str, Any] | None) -
         rows.append((tuple(ids), int(block or 1), prompt))
     if not any(ids for ids, _, _ in rows):
         return Ideal(ratio=None, note="the replayed window has no prefix hash ids (no ideal)")
-    capacity = _capacity_tokens(calibration)
+    tokens = kv_capacity_tokens(calibration)
+    capacity = None if tokens is None else int(tokens)
     result = ideal_hit_ratio(rows, capacity_tokens=capacity)
     if result.queries_tokens <= 0:
         return Ideal(ratio=None, note="the replayed window has no prompt tokens")

@@ -11,6 +11,7 @@ closed-loop mode, so timing is the same client as the run's), into `<run>/calibr
   the uncertainty.
 It also reads the KV capacity where the target tells it (the bundled server's block gauge).
 Approach after guidellm's `sweep` (a synchronous pass, then throughput passes). It does not
+define the file (`gate.calibration`: its typed content, reader, writer and phase rules) nor
 decide what the numbers are used for (`gate.orchestrator.relative`, `gate.verdicts.relative`).
 """
 
@@ -18,7 +19,6 @@ from __future__ import annotations
 
 import dataclasses
 import itertools
-import json
 import math
 import time
 from pathlib import Path
@@ -26,7 +26,17 @@ from typing import Any
 
 import numpy as np
 
-from gate.errors import BatchgateError, ExitCode
+from gate.calibration.content import (
+    CALIBRATION_FILE,
+    CALIBRATION_SCHEMA_VERSION,
+    Calibration,
+    CalibrationError,
+    Distribution,
+    parse_calibration,
+)
+from gate.calibration.json_io import write_calibration
+from gate.calibration.procedure import CalibrationSpec
+from gate.errors import BatchgateError
 from gate.gates.spec import GatesFile, Scope
 from gate.metrics.derive import measure
 from gate.orchestrator.capacity_sweep import StepFigures, stated_limit, step_figures, sweep
@@ -38,26 +48,9 @@ from gate.orchestrator.session import ProfileSession, SessionSettings
 from gate.orchestrator.target import TargetClient
 from gate.rundir.run import RunData, RunDirError, load_run
 
-__all__ = [
-    "CALIBRATION_FILE",
-    "CALIBRATION_SCHEMA_VERSION",
-    "CalibrationError",
-    "CalibrationFault",
-    "CalibrationSpec",
-    "calibrate",
-    "kv_capacity",
-    "read_calibration",
-]
+__all__ = ["CalibrationFault", "calibrate", "kv_capacity"]
 
-CALIBRATION_FILE = "calibration.json"
-CALIBRATION_SCHEMA_VERSION = 1
 _PROFILE = "steady"  # the load generator's single-class profile; its rate is unused (closed)
-
-
-class CalibrationError(BatchgateError):
-    """The target could not be calibrated (no successful request, target died): no data."""
-
-    default_exit_code = ExitCode.NO_DATA
 
 
 class CalibrationFault(CalibrationError):
@@ -67,87 +60,6 @@ class CalibrationFault(CalibrationError):
     def __init__(self, fault: RunFault) -> None:
         super().__init__(fault.message)
         self.fault = fault
-
-
-@dataclasses.dataclass(frozen=True, kw_only=True)
-class CalibrationSpec:
-    """What a calibration sends: the short class of the default profiles, unless told."""
-
-    lone_seconds: float = 3.0
-    # The lone user pauses this long after each answer, so every request finds the server idle,
-    # as a night-trickle request does. Back to back, the server never sleeps between requests:
-    # on a VM a request arriving at an idle server paid 14-16 ms TTFT against 5 ms back to back
-    # (the wake-ups of idle CPUs and processes), so a reference measured back to back taxed the
-    # trickle gate with the machine's idle behaviour instead of the batching's.
-    lone_think_seconds: float = 0.1
-    capacity_seconds: float = 4.0  # the shortest capacity step
-    # The capacity sweep (gate.orchestrator.capacity_sweep, docs/calibration.md): closed-loop
-    # users double from `capacity_start_users` until output tokens/s grows by less than
-    # `plateau_share` over the best step before, 429s or failures above `capacity_error_share`
-    # appear, the target's stated limit is reached, the load generator saturates, the next step
-    # would pass `capacity_budget_seconds`, or `capacity_max_users` is reached. A fixed 64
-    # users underestimated any target that runs more sequences at once (vLLM's default 256).
-    capacity_start_users: int = 16
-    capacity_growth: int = 2
-    capacity_max_users: int = 2048
-    plateau_share: float = 0.10
-    capacity_error_share: float = 0.01
-    capacity_budget_seconds: float = 300.0
-    # A slow target gets longer phases, so that it yields as many samples as a fast one: the
-    # lone phase runs until `min_lone_requests` are done (in units of the first phase's E2E),
-    # a capacity step for at least `capacity_e2e_multiple` E2Es of the load it meets (the lone
-    # E2E, or the previous step's when the target queues).
-    min_lone_requests: int = 12
-    capacity_e2e_multiple: float = 10.0
-    # A step is measured again, longer, when it completed fewer than this many requests per
-    # user: a target whose concurrency limit is far below the step's users (llama.cpp's few
-    # slots) queues most of them, and a step sized in E2Es is too short for a stable rate.
-    capacity_requests_per_user: float = 4.0
-    max_phase_seconds: float = 120.0
-    prompt_tokens: dict[str, Any] = dataclasses.field(
-        default_factory=lambda: {"kind": "uniform", "low": 16, "high": 64}
-    )
-    output_tokens: dict[str, Any] = dataclasses.field(
-        default_factory=lambda: {"kind": "uniform", "low": 8, "high": 16}
-    )
-
-    def __post_init__(self) -> None:
-        if not (self.lone_seconds > 0 and self.capacity_seconds > 0):
-            raise ValueError("calibration phases need a positive duration")
-        if not (2 <= self.capacity_start_users <= self.capacity_max_users):
-            raise ValueError("capacity users: 2 <= capacity_start_users <= capacity_max_users")
-        if self.capacity_growth < 2:
-            raise ValueError("capacity_growth must be >= 2")
-        if not (0 < self.plateau_share < 1 and 0 <= self.capacity_error_share < 1):
-            raise ValueError("plateau_share must be in (0, 1), capacity_error_share in [0, 1)")
-        if not self.capacity_budget_seconds > 0:
-            raise ValueError("capacity_budget_seconds must be > 0")
-
-    def mean_request_tokens(self) -> float:
-        """Mean prompt + answer tokens of the mix (uniform ranges; 0 when not uniform)."""
-        total = 0.0
-        for dist in (self.prompt_tokens, self.output_tokens):
-            if dist.get("kind") != "uniform":
-                return 0.0
-            total += (float(dist["low"]) + float(dist["high"])) / 2
-        return total
-
-    def overrides(self, *, users: int, seconds: float, think: float = 0.0) -> dict[str, Any]:
-        return {
-            "mode": "closed",
-            "users": users,
-            # The load generator holds at most max_concurrency requests in flight (256 unless
-            # told): a closed loop of more users would silently measure 256.
-            "max_concurrency": users,
-            "duration_seconds": seconds,
-            "think_time_seconds": think,
-            "warmup_seconds": 0.0,
-            "prompt_tokens": self.prompt_tokens,
-            "output_tokens": self.output_tokens,
-            # Closed-loop users send the moment the previous answer ends: there is no schedule
-            # to lag behind, so only a saturated client (CPU) invalidates the phase.
-            "max_schedule_lag_p99_seconds": 3600.0,
-        }
 
 
 def _phase(
@@ -191,18 +103,25 @@ def _phase(
         raise CalibrationError(f"calibration ({name}) left no readable records: {exc}") from exc
 
 
-def _distribution(run: RunData, metric: str) -> dict[str, Any] | None:
+def _distribution(run: RunData, metric: str) -> Distribution | None:
     profile = run.profiles[_PROFILE]
     got = measure(profile, metric, "p50", Scope(), slos=None, settings=None, warmup_seconds=0.0)
     values = getattr(got, "values", None)
     if values is None or len(values) == 0:
         return None
     values = np.asarray(values, dtype=np.float64)
-    return {
-        "p50": float(np.quantile(values, 0.5)),
-        "p90": float(np.quantile(values, 0.9)),
-        "n": len(values),
-    }
+    return Distribution(
+        p50=float(np.quantile(values, 0.5)), p90=float(np.quantile(values, 0.9)), n=len(values)
+    )
+
+
+def _unloaded(lone: RunData) -> tuple[dict[str, Distribution | None], Distribution]:
+    """The lone phase's distributions, and its E2E's; no TTFT or E2E: CalibrationError."""
+    unloaded = {m: _distribution(lone, m) for m in ("ttft", "e2e", "tpot", "itl")}
+    e2e = unloaded["e2e"]
+    if e2e is None or unloaded["ttft"] is None:
+        raise CalibrationError("calibration (lone): no successful request")
+    return unloaded, e2e
 
 
 def _capacity(run: RunData, users: int) -> dict[str, Any]:
@@ -311,8 +230,8 @@ def calibrate(
     view: LiveView,
     children: list[ChildProcess],
     identity: dict[str, Any],
-) -> dict[str, Any]:
-    """Measure the target, write `<run_dir>/calibration.json` and return its content."""
+) -> Calibration:
+    """Measure the target, write `<run_dir>/calibration.json` and return it."""
     started = time.monotonic()
     common = {
         "run_dir": run_dir,
@@ -327,18 +246,14 @@ def calibrate(
     think = spec.lone_think_seconds
     lone = _phase("lone", spec.overrides(users=1, seconds=spec.lone_seconds, think=think),
                   **common)  # fmt: skip
-    unloaded = {m: _distribution(lone, m) for m in ("ttft", "e2e", "tpot", "itl")}
-    if unloaded["e2e"] is None or unloaded["ttft"] is None:
-        raise CalibrationError("calibration (lone): no successful request")
-    if unloaded["e2e"]["n"] < spec.min_lone_requests:
+    unloaded, lone_e2e = _unloaded(lone)
+    if (lone_e2e.n or 0) < spec.min_lone_requests:
         # A slow target: measure again for long enough to get the samples a fast one gives.
-        per_request = unloaded["e2e"]["p50"] + think
+        per_request = (lone_e2e.p50 or 0.0) + think
         seconds = min(spec.max_phase_seconds, 1.2 * spec.min_lone_requests * per_request)
         lone = _phase("lone-long", spec.overrides(users=1, seconds=seconds, think=think),
                       **common)  # fmt: skip
-        unloaded = {m: _distribution(lone, m) for m in ("ttft", "e2e", "tpot", "itl")}
-        if unloaded["e2e"] is None or unloaded["ttft"] is None:
-            raise CalibrationError("calibration (lone): no successful request")
+        unloaded, lone_e2e = _unloaded(lone)
     kv = _kv_capacity(target)
     limit = stated_limit(target, kv, spec.mean_request_tokens())
 
@@ -348,9 +263,7 @@ def calibrate(
         runs[phase] = _phase(phase, spec.overrides(users=users, seconds=seconds), **common)
         return step_figures(runs[phase], users=users, seconds=seconds, phase=phase)
 
-    lone_e2e = unloaded["e2e"]
-    assert lone_e2e is not None  # checked above
-    swept = sweep(measure=measure, spec=spec, lone_e2e=lone_e2e["p50"], limit=limit)
+    swept = sweep(measure=measure, spec=spec, lone_e2e=lone_e2e.p50 or 0.0, limit=limit)
     view.message(
         "batchgate: capacity curve: "
         + ", ".join(f"{s.users} users {s.output_tokens_per_second:.0f} tok/s" for s in swept.curve)
@@ -368,7 +281,7 @@ def calibrate(
         "schema_version": CALIBRATION_SCHEMA_VERSION,
         "identity": identity,
         "spec": dataclasses.asdict(spec),
-        "unloaded": {"short": {k: v for k, v in unloaded.items() if v is not None}},
+        "unloaded": {"short": {k: v.to_json() for k, v in unloaded.items() if v is not None}},
         "capacity": {"short": _capacity(loaded, users)},
         "capacity_sweep": swept.to_json(),
         "kv_capacity": kv,
@@ -376,25 +289,6 @@ def calibrate(
         "took_seconds": round(time.monotonic() - started, 3),
         "measured_at": time.time(),
     }
-    write_calibration(run_dir / CALIBRATION_FILE, data)
-    return data
-
-
-def write_calibration(path: Path, data: dict[str, Any]) -> None:
-    tmp = path.with_name(path.name + ".tmp")
-    tmp.write_text(json.dumps(data, indent=2, allow_nan=False) + "\n", encoding="utf-8")
-    tmp.replace(path)
-
-
-def read_calibration(path: Path) -> dict[str, Any]:
-    """A saved calibration.json; raises CalibrationError (usage, exit 2) when unusable."""
-    try:
-        data = json.loads(Path(path).read_text(encoding="utf-8"))
-    except (OSError, ValueError) as exc:
-        raise CalibrationError(f"{path}: cannot read calibration: {exc}", ExitCode.USAGE) from None
-    if not isinstance(data, dict) or data.get("schema_version") != CALIBRATION_SCHEMA_VERSION:
-        raise CalibrationError(
-            f"{path}: not a calibration.json of schema version {CALIBRATION_SCHEMA_VERSION}",
-            ExitCode.USAGE,
-        )
-    return data
+    calibration = parse_calibration(data)
+    write_calibration(run_dir / CALIBRATION_FILE, calibration)
+    return calibration

@@ -6,7 +6,8 @@ same target (server kind, model, batching settings hash, start flags, hardware, 
 measurements is saved or reused), switching a failure preset's live knobs to the reference
 preset while measuring on the bundled server (so "unloaded" is what the reference settings give a
 lone request), and resolving the profiles written relative to the target into absolute numbers,
-validated again by the load generator. It does not measure (`gate.orchestrator.calibration`).
+validated again by the load generator. It does not measure (`gate.orchestrator.calibration`)
+nor read or write calibration.json itself (`gate.calibration`).
 """
 
 from __future__ import annotations
@@ -18,16 +19,13 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
+from gate.calibration.content import CALIBRATION_FILE, Calibration, CalibrationError
+from gate.calibration.json_io import read_calibration, write_calibration
+from gate.calibration.procedure import CalibrationSpec
+from gate.calibration.references import invalid_phases
 from gate.errors import ExitCode, UsageError
 from gate.gates.spec import GatesFile
-from gate.orchestrator.calibration import (
-    CALIBRATION_FILE,
-    CalibrationError,
-    CalibrationSpec,
-    calibrate,
-    read_calibration,
-    write_calibration,
-)
+from gate.orchestrator.calibration import calibrate
 from gate.orchestrator.consistency_probes import answer_alone
 from gate.orchestrator.live import LiveView
 from gate.orchestrator.plan import ProfilePlan, resolve_plans
@@ -36,9 +34,8 @@ from gate.orchestrator.processes import ChildProcess
 from gate.orchestrator.relative import RelativeError, absolute_overrides
 from gate.orchestrator.session import SessionSettings
 from gate.orchestrator.target import TargetClient, TargetInfo
-from gate.verdicts.relative import PHASE_SECTIONS, phase_problem
 
-__all__ = ["CalibrationPhase", "PhaseResult", "identity_key", "invalid_phases"]
+__all__ = ["CalibrationPhase", "PhaseResult", "identity_key"]
 
 MODES = ("fresh", "auto", "off")
 # What a user can do about a phase whose load generator measured itself.
@@ -50,17 +47,10 @@ _REMEDY = (
 
 @dataclasses.dataclass(frozen=True, kw_only=True)
 class PhaseResult:
-    calibration: dict[str, Any]
+    calibration: Calibration
     plans: tuple[ProfilePlan, ...]
     manifest_entry: dict[str, Any]
     relative_profiles: dict[str, Any]
-
-
-def invalid_phases(calibration: Mapping[str, Any]) -> list[str]:
-    """Why the calibration's client phases were not valid measurements (empty: they were)."""
-    problems = (phase_problem(calibration, section) for section in sorted(PHASE_SECTIONS))
-    # dict: a `client` that is not an object is one problem, however many phases it spoils.
-    return list(dict.fromkeys(problem for problem in problems if problem is not None))
 
 
 def identity_key(identity: Mapping[str, Any]) -> str:
@@ -123,7 +113,7 @@ class CalibrationPhase:
                     self._save(key, data)
         else:
             self.view.message(f"batchgate: reusing a calibration ({source})")
-        data = {**data, "source": source}
+        data = data.with_source(source)
         write_calibration(self.run_dir / CALIBRATION_FILE, data)
         resolved, relative_profiles = self._resolve(plans, data)
         # The consistency probes' answers alone, under the run's own settings (issue 39).
@@ -137,11 +127,9 @@ class CalibrationPhase:
         entry = {
             "source": source,
             "identity_key": key,
-            "unloaded": data.get("unloaded"),
-            "capacity": data.get("capacity"),
-            "capacity_sweep": data.get("capacity_sweep"),
-            "kv_capacity": data.get("kv_capacity"),
-            "took_seconds": data.get("took_seconds"),
+            **data.as_written(
+                "unloaded", "capacity", "capacity_sweep", "kv_capacity", "took_seconds"
+            ),
         }
         return PhaseResult(
             calibration=data,
@@ -164,7 +152,7 @@ class CalibrationPhase:
             "spec": dataclasses.asdict(self.spec),
         }
 
-    def _saved(self, key: str) -> dict[str, Any] | None:
+    def _saved(self, key: str) -> Calibration | None:
         path = self.store_dir / f"{key}.json"
         if not path.is_file():
             return None
@@ -178,7 +166,7 @@ class CalibrationPhase:
             return None
         return data
 
-    def _save(self, key: str, data: dict[str, Any]) -> None:
+    def _save(self, key: str, data: Calibration) -> None:
         try:
             self.store_dir.mkdir(parents=True, exist_ok=True)
             write_calibration(self.store_dir / f"{key}.json", data)
@@ -193,7 +181,7 @@ class CalibrationPhase:
         settings: SessionSettings,
         children: list[ChildProcess],
         identity: dict[str, Any],
-    ) -> dict[str, Any]:
+    ) -> Calibration:
         reference = self.gates_file.presets.get(REFERENCE_PRESET)
         swap = (
             self.bundled
@@ -232,7 +220,7 @@ class CalibrationPhase:
             ) from exc
 
     def _resolve(
-        self, plans: Sequence[ProfilePlan], calibration: Mapping[str, Any]
+        self, plans: Sequence[ProfilePlan], calibration: Calibration
     ) -> tuple[tuple[ProfilePlan, ...], dict[str, Any]]:
         relative = [p for p in plans if p.relative]
         if not relative:

@@ -22,6 +22,7 @@ from typing import Any
 
 import numpy as np
 
+from gate.calibration.procedure import CalibrationSpec
 from gate.errors import BatchgateError
 from gate.orchestrator.target import TargetClient
 from gate.rundir.run import RunData
@@ -156,14 +157,16 @@ class SweepResult:
 Measure = Callable[[str, int, float], StepFigures]
 
 
-def _wanted_seconds(spec: Any, reference_e2e: float) -> float:
+def _wanted_seconds(spec: CalibrationSpec, reference_e2e: float) -> float:
     return min(
         spec.max_phase_seconds,
         max(spec.capacity_seconds, spec.capacity_e2e_multiple * reference_e2e),
     )
 
 
-def _measure_step(measure: Measure, spec: Any, users: int, seconds: float) -> StepFigures:
+def _measure_step(
+    measure: Measure, spec: CalibrationSpec, users: int, seconds: float
+) -> StepFigures:
     figures = measure(f"capacity-{users}", users, seconds)
     wanted = spec.capacity_requests_per_user * users
     if figures.completed < wanted and figures.rps > 0 and figures.client_valid:
@@ -185,7 +188,7 @@ def _errors(step: StepFigures, share: float) -> str | None:
 def sweep(
     *,
     measure: Measure,
-    spec: Any,  # gate.orchestrator.calibration.CalibrationSpec (not imported: no cycle)
+    spec: CalibrationSpec,
     lone_e2e: float,
     limit: Mapping[str, Any],
     clock: Callable[[], float] = time.monotonic,

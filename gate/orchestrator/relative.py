@@ -13,10 +13,10 @@ Owns the forms a profile override may take besides a number (docs/calibration.md
   answer), where the target states its capacity (unknown: the run stops, no guess).
 A slower target then gets the same load relative to what it can do and the same number of
 samples per gate. A value resolved from a phase whose client was not a valid measurement (a
-saturated client timed itself: `client.<phase>.measurement_valid` in calibration.json) stops
-the run with exit 5, as a missing one does. Before calibration, `placeholders` stands a number
-in for each relative value so the load generator can validate the rest. It does not measure
-anything.
+saturated client timed itself: `client.<phase>.measurement_valid` in calibration.json,
+`gate.calibration.references`) stops the run with exit 5, as a missing one does. Before
+calibration, `placeholders` stands a number in for each relative value so the load generator
+can validate the rest. It does not measure anything.
 """
 
 from __future__ import annotations
@@ -26,8 +26,14 @@ import re
 from collections.abc import Mapping
 from typing import Any
 
+from gate.calibration.content import Calibration
+from gate.calibration.references import (
+    kv_capacity_tokens,
+    phase_problem,
+    saturated_rate,
+    unloaded_median,
+)
 from gate.errors import BatchgateError, ExitCode
-from gate.verdicts.relative import PHASE_SECTIONS, phase_problem
 
 __all__ = [
     "RelativeError",
@@ -141,31 +147,36 @@ def mix_request_tokens(params: Mapping[str, Any]) -> float:
     return _mix_mean(params, "prompt", 40) + mix_output_tokens(params)
 
 
-def _reference(calibration: Mapping[str, Any], *path: str) -> float:
-    """The calibrated value at `path`, from a phase that was a valid measurement; else the run
-    stops (exit 5): a profile sized by a saturated client's capacity would under-load the
-    target and let its gates pass on load it never saw."""
-    # A malformed `client` section is judged as the relative thresholds judge it (exit 5 with
-    # what is wrong), not as an unreadable calibration.json (exit 2).
-    problem = phase_problem(calibration, path[0]) if path[0] in PHASE_SECTIONS else None
-    if problem is not None:
-        raise RelativeError(problem, ExitCode.NO_DATA)
-    node: Any = calibration
-    for key in path:
-        node = node.get(key) if isinstance(node, Mapping) else None
-    if not isinstance(node, (int, float)) or not math.isfinite(node) or node <= 0:
+def _reference(calibration: Calibration, what: str) -> float:
+    """The short mix's output tokens/s at capacity (`capacity`), its unloaded E2E median
+    (`unloaded`) or the KV capacity in tokens (`kv`), from a phase that was a valid
+    measurement; else the run stops (exit 5): a profile sized by a saturated client's capacity
+    would under-load the target and let its gates pass on load it never saw."""
+    if what == "kv":
+        value, path = kv_capacity_tokens(calibration), "kv_capacity.tokens"
+    else:
+        problem = phase_problem(calibration, what)
+        if problem is not None:
+            raise RelativeError(problem, ExitCode.NO_DATA)
+        if what == "capacity":
+            value, _ = saturated_rate(calibration, "output_tokens_per_second", "short")
+            path = "capacity.short.output_tokens_per_second"
+        else:
+            value, _ = unloaded_median(calibration, "e2e", "short")
+            path = "unloaded.short.e2e.p50"
+    if value is None:
         raise RelativeError(
-            f"calibration has no {'.'.join(path)}: cannot resolve a relative profile value",
+            f"calibration has no {path}: cannot resolve a relative profile value",
             ExitCode.NO_DATA,
         )
-    return float(node)
+    return float(value)
 
 
 def absolute_overrides(
     overrides: Mapping[str, Any],
     relative: Mapping[str, str],
     params: Mapping[str, Any],
-    calibration: Mapping[str, Any],
+    calibration: Calibration,
 ) -> dict[str, Any]:
     """The overrides with every relative value resolved against `calibration`.
 
@@ -187,30 +198,27 @@ def _absolute(
     text: str,
     resolved: Mapping[str, Any],
     params: Mapping[str, Any],
-    calibration: Mapping[str, Any],
+    calibration: Calibration,
 ) -> float | dict[str, float]:
     """One relative value as a number (a time scale: the output-token rate it asks for);
     `resolved` holds the rates resolved so far."""
     factor = _FACTOR_RE.match(text)
     if key in _TIME_SCALE_KEYS:
         multiple = float(factor.group(1))  # type: ignore[union-attr]
-        tokens_per_second = _reference(calibration, "capacity", "short", "output_tokens_per_second")
-        return {"output_tokens_per_second": multiple * tokens_per_second}
+        return {"output_tokens_per_second": multiple * _reference(calibration, "capacity")}
     if key in _RATE_KEYS:
         multiple, what = factor.groups()  # type: ignore[union-attr]
         if what == "lone":
-            return float(multiple) / _reference(calibration, "unloaded", "short", "e2e", "p50")
-        tokens_per_second = _reference(calibration, "capacity", "short", "output_tokens_per_second")
-        return float(multiple) * tokens_per_second / mix_output_tokens(params)
+            return float(multiple) / _reference(calibration, "unloaded")
+        return float(multiple) * _reference(calibration, "capacity") / mix_output_tokens(params)
     count = _COUNT_RE.match(text)
     if count is not None:
         requests = float(count.group(1))
     elif factor is not None and factor.group(2) == "kv":
-        kv_tokens = _reference(calibration, "kv_capacity", "tokens")
+        kv_tokens = _reference(calibration, "kv")
         requests = math.ceil(float(factor.group(1)) * kv_tokens / mix_request_tokens(params))
     else:
-        unloaded_e2e = _reference(calibration, "unloaded", "short", "e2e", "p50")
-        return float(factor.group(1)) * unloaded_e2e  # type: ignore[union-attr]
+        return float(factor.group(1)) * _reference(calibration, "unloaded")  # type: ignore[union-attr]
     rate_key = _DURATION_RATE[key]
     rate = resolved.get(rate_key, params.get(rate_key))
     if not isinstance(rate, (int, float)) or rate <= 0:

@@ -13,10 +13,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from gate.calibration.procedure import CalibrationSpec
 from gate.errors import ExitCode
 from gate.gates.spec import GatesFile
 from gate.orchestrator.bundled_server import BundledServer, ServerOptions
-from gate.orchestrator.calibration import CalibrationSpec
 from gate.orchestrator.faults import RunFault
 from gate.orchestrator.plan import ProfilePlan
 from gate.orchestrator.session import SessionSettings

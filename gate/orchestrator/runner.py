@@ -21,6 +21,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
+from gate.calibration.content import Calibration
 from gate.errors import ExitCode, UsageError
 from gate.gates.file import packaged_gates_path, validate_against_buckets
 from gate.orchestrator.bundled_server import BundledServer, start_bundled_server
@@ -80,7 +81,7 @@ class _Run:
         self.guard: RestoreGuard | None = None  # restores `restore` if batchgate is killed
         self.aborted: AbortRecord | None = None
         self.plans = config.plans
-        self.calibration: dict[str, Any] | None = None
+        self.calibration: Calibration | None = None
         self.manifest = Manifest(
             path=config.run_dir / "manifest.json",
             gates_file=str(suite.path.resolve()),

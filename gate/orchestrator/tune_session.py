@@ -11,15 +11,15 @@ started. It does not parse arguments, print or write the outputs (`gate.commands
 from __future__ import annotations
 
 import dataclasses
-import json
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
+from gate.calibration.content import CALIBRATION_FILE, Calibration
+from gate.calibration.json_io import read_calibration
 from gate.errors import ExitCode, UsageError
 from gate.gates.spec import GatesFile
 from gate.orchestrator.bundled_server import BundledServer, ServerOptions, start_bundled_server
-from gate.orchestrator.calibration import CALIBRATION_FILE
 from gate.orchestrator.live import LiveView
 from gate.orchestrator.live_preset import apply_live_preset, restore_settings
 from gate.orchestrator.plan import ProfilePlan
@@ -63,7 +63,7 @@ class TuneOutcome:
     search: TuneSearch
     winner: Candidate | None
     space: KnobSpace
-    calibration: dict[str, Any]
+    calibration: Calibration
 
 
 class TuneSession:
@@ -107,12 +107,12 @@ class TuneSession:
         )
         incumbent = self._incumbent(url)
         path = self._calibrate(base, url)
-        calibration = json.loads(path.read_text(encoding="utf-8"))
+        calibration = read_calibration(path)
         if self.reference_child is not None:  # candidates start servers of their own
             self.reference_child.stop(timeout_seconds=30.0)
             self.reference_child = None
-        lone = (calibration.get("unloaded") or {}).get("short") or {}
-        tpot = (lone.get("tpot") or {}).get("p50")
+        lone_tpot = calibration.lone("tpot")
+        tpot = None if lone_tpot is None else lone_tpot.p50
         space = KnobSpace.build(r.knobs, incumbent=incumbent, unloaded_tpot_seconds=tpot)
         runner = CandidateRunner(
             base=dataclasses.replace(

@@ -94,7 +94,7 @@ def run_damage(run: RunData) -> str | None:
         for key in ("ended", "profiles"):
             if key not in run.manifest:  # written at the start of every run
                 return f"manifest.json has no {key!r}: the run cannot be checked"
-    return run.calibration_problem
+    return None if run.calibration is None else run.calibration.problem
 
 
 def run_mismatches(run: RunData) -> list[str]:

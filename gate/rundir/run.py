@@ -6,8 +6,9 @@ observer files (`steps.jsonl` as columns, `scrapes.jsonl`, `gpu.jsonl` and the o
 `batch_job.jsonl` as records), and noting
 what was odd (partial last lines, missed step records, missing files) so verdicts can say so.
 Every JSON file is checked against its shape (`gate.rundir.shapes`) as it is read: a field of
-the wrong type is a RunDirError `file: field: what is wrong` (a calibration.json's is kept in
-`calibration_problem`, judged no data), so no reader past this one meets it.
+the wrong type is a RunDirError `file: field: what is wrong` (calibration.json is parsed by
+`gate.calibration`; a damaged one is kept as its problem, judged no data), so no reader past
+this one meets it.
 It does not judge anything: a missing file is recorded, not treated as a failure, here.
 """
 
@@ -23,6 +24,13 @@ from typing import Any
 import orjson
 
 from batchgate_records.schema import parquet_path
+from gate.calibration.content import (
+    CALIBRATION_FILE,
+    Calibration,
+    CalibrationError,
+    parse_calibration,
+)
+from gate.json_shapes import Shape, problem
 from gate.rundir.abort import (
     SNAPSHOT_FILES,
     AbortRecord,
@@ -33,7 +41,7 @@ from gate.rundir.observer_records import RunDirError, read_jsonl
 from gate.rundir.parquet_stamp import cut_since_stamp
 from gate.rundir.requests import RecordsError, RequestColumns, read_requests
 from gate.rundir.sample_records import SampleRecords, read_samples
-from gate.rundir.shapes import CALIBRATION, LOAD, MANIFEST, SCRAPE, Shape, problem
+from gate.rundir.shapes import LOAD, MANIFEST, SCRAPE
 from gate.rundir.step_records import StepColumns, read_steps
 
 __all__ = [
@@ -92,11 +100,9 @@ class RunData:
     profiles: dict[str, ProfileData]
     notes: tuple[str, ...] = field(default=())
     # calibration.json (docs/calibration.md): what relative thresholds ("4x unloaded") resolve
-    # against; None when the run was not calibrated.
-    calibration: dict[str, Any] | None = None
-    # `calibration.json: field: what is wrong` when a field has the wrong type: every gate of
-    # the run is then no data (the existing readers judge a malformed reference per gate).
-    calibration_problem: str | None = None
+    # against; None when the run was not calibrated. One with a field of the wrong type has
+    # `problem` (`calibration.json: field: what is wrong`): every gate of the run is no data.
+    calibration: Calibration | None = None
 
 
 def _read_json(path: Path, shape: Shape | None = None) -> dict[str, Any] | None:
@@ -272,16 +278,25 @@ def load_run(path: str | Path) -> RunData:
     finally:
         if was_enabled:
             gc.enable()
-    calibration = _read_json(root / "calibration.json")
-    wrong = problem(calibration, CALIBRATION) if calibration is not None else None
     return RunData(
         path=str(root),
         manifest=manifest,
         profiles=profiles,
         notes=tuple(notes),
-        calibration=calibration,
-        calibration_problem=None if wrong is None else f"calibration.json: {wrong}",
+        calibration=_calibration(root),
     )
+
+
+def _calibration(root: Path) -> Calibration | None:
+    """The run's calibration.json; a field of the wrong type is kept as the calibration's
+    problem (every gate no data), not refused: the run's records are still readable."""
+    data = _read_json(root / CALIBRATION_FILE)
+    if data is None:
+        return None
+    try:
+        return parse_calibration(data)
+    except CalibrationError as exc:
+        return Calibration.damaged(str(exc))
 
 
 def provenance(run: RunData, profile: str) -> dict[str, str | None]:

@@ -1,169 +1,31 @@
 """The JSON shapes of the run directory's files (docs/records.md), checked where they are read.
 
-Owns a small vocabulary of shapes (number, count, text, object with typed fields, map, list,
-nullable) and the shape of each file a reader takes whole: `manifest.json`, `load.json`,
-`calibration.json`, `verdicts.json`, and one line of `scrapes.jsonl`. `problem(value, shape)`
-names the first field of the wrong type as `field: what is wrong`; the readers prefix the file
-and refuse the run (exit 5) or, for the calibration, judge it no data. Keys a shape does not
-name are allowed (a newer writer may add fields); which keys must be present is the readers'
-rule, not this module's. It does not read files.
+Owns the shape of each file a reader of the run directory takes whole: `manifest.json`,
+`load.json`, `verdicts.json`, and one line of `scrapes.jsonl`, in `gate.json_shapes`' vocabulary;
+the readers prefix the file to `problem`'s `field: what is wrong` and refuse the run (exit 5).
+calibration.json's shape is the calibration stage's (`gate.calibration.content`). It does not
+read files.
 """
 
 from __future__ import annotations
 
-import math
-from collections.abc import Mapping
-from dataclasses import dataclass, field
-from typing import Any
+from gate.json_shapes import (
+    ANY,
+    BOOL,
+    COUNT,
+    NUMBER,
+    OPT_COUNT,
+    OPT_NUMBER,
+    OPT_TEXT,
+    TEXT,
+    listing,
+    mapping,
+    nullable,
+    obj,
+    oneof,
+)
 
-__all__ = [
-    "ANY",
-    "BOOL",
-    "CALIBRATION",
-    "COUNT",
-    "LOAD",
-    "MANIFEST",
-    "NUMBER",
-    "SCRAPE",
-    "TEXT",
-    "VERDICTS",
-    "VERDICT_KEYS",
-    "Shape",
-    "listing",
-    "mapping",
-    "obj",
-    "oneof",
-    "problem",
-]
-
-
-def _kind(value: Any) -> str:
-    if value is None:
-        return "null"
-    if isinstance(value, bool):
-        return "a boolean"
-    if isinstance(value, int | float):
-        return f"the number {value!r}"
-    if isinstance(value, str):
-        return f"the text {value[:40]!r}"
-    if isinstance(value, list):
-        return "a list"
-    if isinstance(value, dict):
-        return "an object"
-    return type(value).__name__
-
-
-@dataclass(frozen=True)
-class Shape:
-    """What a JSON value must be: `kind` one of number, count, text, bool, any, object, map,
-    list, oneof; `nullable` allows null."""
-
-    kind: str
-    nullable: bool = False
-    fields: Mapping[str, Shape] = field(default_factory=dict)  # object
-    item: Shape | None = None  # map values, list items
-    options: tuple[Shape, ...] = ()  # oneof
-
-    def describe(self) -> str:
-        text = {
-            "number": "a number",
-            "count": "a whole number >= 0",
-            "text": "text",
-            "bool": "true or false",
-            "any": "any value",
-            "object": "an object",
-            "map": "an object",
-            "list": "a list",
-        }.get(self.kind) or " or ".join(o.describe() for o in self.options)
-        return f"{text} or null" if self.nullable else text
-
-
-def _n(shape: Shape) -> Shape:
-    return Shape(shape.kind, True, shape.fields, shape.item, shape.options)
-
-
-NUMBER, COUNT, TEXT, BOOL, ANY = (Shape(k) for k in ("number", "count", "text", "bool", "any"))
-
-
-def obj(**fields: Shape) -> Shape:
-    return Shape("object", fields=fields)
-
-
-def mapping(item: Shape) -> Shape:
-    return Shape("map", item=item)
-
-
-def listing(item: Shape) -> Shape:
-    return Shape("list", item=item)
-
-
-def oneof(*options: Shape) -> Shape:
-    return Shape("oneof", options=options)
-
-
-def _is_number(value: Any) -> bool:
-    return isinstance(value, int | float) and not isinstance(value, bool) and math.isfinite(value)
-
-
-def problem(value: Any, shape: Shape, where: str = "") -> str | None:
-    """`field: expected X, got Y` for the first value of the wrong shape, else None."""
-    if value is None:
-        if shape.nullable or shape.kind == "any":
-            return None
-        return _wrong(where, shape, value)
-    kind = shape.kind
-    if kind == "any":
-        return None
-    if kind == "number":
-        return None if _is_number(value) else _wrong(where, shape, value)
-    if kind == "count":
-        good = isinstance(value, int) and not isinstance(value, bool) and value >= 0
-        return None if good else _wrong(where, shape, value)
-    if kind == "text":
-        return None if isinstance(value, str) else _wrong(where, shape, value)
-    if kind == "bool":
-        return None if isinstance(value, bool) else _wrong(where, shape, value)
-    if kind == "oneof":
-        if any(problem(value, option) is None for option in shape.options):
-            return None
-        return _wrong(where, shape, value)
-    if kind in ("object", "map"):
-        if not isinstance(value, dict):
-            return _wrong(where, shape, value)
-        if kind == "object":
-            for key, inner in shape.fields.items():
-                if key in value:
-                    found = problem(value[key], inner, _join(where, key))
-                    if found:
-                        return found
-            return None
-        assert shape.item is not None
-        for key, item in value.items():
-            found = problem(item, shape.item, _join(where, str(key)))
-            if found:
-                return found
-        return None
-    if kind == "list":
-        if not isinstance(value, list):
-            return _wrong(where, shape, value)
-        assert shape.item is not None
-        for index, item in enumerate(value):
-            found = problem(item, shape.item, f"{where}[{index}]")
-            if found:
-                return found
-        return None
-    raise ValueError(f"unknown shape kind {kind!r}")
-
-
-def _join(where: str, key: str) -> str:
-    return f"{where}.{key}" if where else key
-
-
-def _wrong(where: str, shape: Shape, value: Any) -> str:
-    return f"{where or 'the file'}: expected {shape.describe()}, got {_kind(value)}"
-
-
-OPT_TEXT, OPT_NUMBER, OPT_COUNT = _n(TEXT), _n(NUMBER), _n(COUNT)
+__all__ = ["LOAD", "MANIFEST", "SCRAPE", "VERDICTS", "VERDICT_KEYS"]
 
 # manifest.json (docs/records.md); free-form parts (settings, params) are `any` object.
 MANIFEST = obj(
@@ -175,17 +37,17 @@ MANIFEST = obj(
         model=OPT_TEXT,
         version=OPT_TEXT,
         server_version=OPT_TEXT,
-        batching=_n(mapping(ANY)),
+        batching=nullable(mapping(ANY)),
         batching_hash=OPT_TEXT,
         refused_fields=listing(TEXT),
         fields_check=OPT_TEXT,
     ),
-    hardware=_n(obj(cpu=OPT_TEXT, cpu_count=OPT_COUNT, gpu=OPT_TEXT, driver=OPT_TEXT)),
+    hardware=nullable(obj(cpu=OPT_TEXT, cpu_count=OPT_COUNT, gpu=OPT_TEXT, driver=OPT_TEXT)),
     profiles=mapping(
         obj(
-            params=_n(mapping(ANY)),
+            params=nullable(mapping(ANY)),
             params_hash=OPT_TEXT,
-            overrides=_n(mapping(ANY)),
+            overrides=nullable(mapping(ANY)),
             aborted_by_gate=OPT_TEXT,
         )
     ),
@@ -262,22 +124,6 @@ LOAD = obj(
     ),
 )
 
-_DISTRIBUTION = obj(p50=NUMBER, p90=OPT_NUMBER, n=COUNT)
-_PHASE = obj(measurement_valid=BOOL, reasons=listing(TEXT), client_cpu_ratio=_n(mapping(NUMBER)))
-# calibration.json (docs/calibration.md).
-CALIBRATION = obj(
-    schema_version=COUNT,
-    identity=mapping(ANY),
-    spec=mapping(ANY),
-    unloaded=mapping(mapping(_DISTRIBUTION)),
-    capacity=mapping(mapping(OPT_NUMBER)),
-    kv_capacity=_n(obj(tokens=OPT_NUMBER, source=OPT_TEXT)),
-    client=mapping(_n(_PHASE)),
-    took_seconds=OPT_NUMBER,
-    measured_at=OPT_NUMBER,
-    source=OPT_TEXT,
-)
-
 _VERDICT = obj(
     gate=TEXT,
     profile=OPT_TEXT,
@@ -285,13 +131,13 @@ _VERDICT = obj(
     metric=TEXT,
     statistic=TEXT,
     unit=TEXT,
-    scope=mapping(_n(listing(TEXT))),
+    scope=mapping(nullable(listing(TEXT))),
     value=OPT_NUMBER,
     threshold=OPT_TEXT,
     threshold_value=OPT_NUMBER,
     margin=OPT_NUMBER,
     n=COUNT,
-    interval=_n(listing(OPT_NUMBER)),
+    interval=nullable(listing(OPT_NUMBER)),
     confidence=NUMBER,
     reason=TEXT,
     estimate=BOOL,

@@ -13,8 +13,8 @@ from pathlib import Path
 import pytest
 from e2e_support import RUN_TIMEOUT_SECONDS
 
+from gate.calibration.procedure import CalibrationSpec
 from gate.gates.file import load
-from gate.orchestrator.calibration import CalibrationSpec
 from gate.orchestrator.live import LiveView
 from gate.orchestrator.plan import ProfilePlan
 from gate.orchestrator.run_config import RunConfig

@@ -4,8 +4,8 @@
   loadgen (checked in a fresh interpreter so other tests' imports do not hide it); the one
   package below it that it may import from outside is `batchgate_records` (the request-record
   format it shares with loadgen), which itself imports neither gate nor loadgen;
-- the stages import only downwards: leaves -> gates, rundir, observers -> metrics -> verdicts ->
-  outputs, baseline, compare, rollback -> orchestrator -> commands, cli;
+- the stages import only downwards: leaves -> gates, calibration, observers -> rundir -> metrics
+  -> verdicts -> outputs, baseline, compare, rollback -> orchestrator -> commands, cli;
 - no import cycle anywhere in gate/, loadgen/ and batchgate_records/ (the same check as
   `python scripts/import_cycles.py gate loadgen batchgate_records`).
 """
@@ -29,26 +29,29 @@ SHARED_BELOW = ("batchgate_records",)
 # Rank of each stage; a module may import its own stage's modules and lower ranks only.
 STAGES: dict[str, int] = {
     "gate.errors": 0,
+    "gate.json_shapes": 0,
     "gate.units": 0,
     "gate.stats": 0,
     "gate.sequential": 0,
     "gate.glossary": 0,
     "gate.runtime": 0,
     "gate.gates": 1,
-    "gate.rundir": 1,
+    "gate.calibration": 1,
     "gate.observers": 1,
-    "gate.metrics": 2,
-    "gate.verdicts": 3,
-    "gate.outputs": 4,
-    "gate.baseline": 4,
-    "gate.compare": 4,
-    "gate.rollback": 4,
-    "gate.orchestrator": 5,
-    "gate.commands": 6,
-    "gate.cli": 6,
+    "gate.rundir": 2,
+    "gate.metrics": 3,
+    "gate.verdicts": 4,
+    "gate.outputs": 5,
+    "gate.baseline": 5,
+    "gate.compare": 5,
+    "gate.rollback": 5,
+    "gate.orchestrator": 6,
+    "gate.commands": 7,
+    "gate.cli": 7,
 }
 LEAF_ORDER = (
     "gate.errors",
+    "gate.json_shapes",
     "gate.units",
     "gate.glossary",
     "gate.stats",

@@ -24,6 +24,8 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from rundir_builder import make_run
 
+from gate import json_shapes
+from gate.calibration.content import CALIBRATION
 from gate.cli import main
 from gate.rundir import shapes
 from gate.rundir.consistency import REQUIRED_LOAD_KEYS
@@ -44,7 +46,7 @@ FILES: dict[str, dict[str, Any]] = {
     "manifest.json": {"shape": shapes.MANIFEST, "required": ("ended", "profiles")},
     "burst/load.json": {"shape": shapes.LOAD, "required": REQUIRED_LOAD_KEYS},
     "steady/load.json": {"shape": shapes.LOAD, "required": REQUIRED_LOAD_KEYS},
-    "calibration.json": {"shape": shapes.CALIBRATION, "required": ()},
+    "calibration.json": {"shape": CALIBRATION, "required": ()},
     "verdicts.json": {
         "shape": shapes.VERDICTS,
         "required": ("schema_version", "exit_code", "verdicts", *shapes.VERDICT_KEYS),
@@ -52,13 +54,13 @@ FILES: dict[str, dict[str, Any]] = {
     },
 }
 # One line of an observer file; its fields the gate reads (others are the server's own).
-STEP_SHAPE = shapes.obj(
-    seq=shapes.NUMBER,
-    **{name: shapes.NUMBER for name in ("t", "duration_seconds", "num_prefill_tokens",
+STEP_SHAPE = json_shapes.obj(
+    seq=json_shapes.NUMBER,
+    **{name: json_shapes.NUMBER for name in ("t", "duration_seconds", "num_prefill_tokens",
                                         "num_recomputed_tokens", "num_preemptions",
                                         "num_kv_blocks_used", "num_kv_blocks_total")},
-    num_waiting=shapes.mapping(shapes.NUMBER),
-    num_running=shapes.mapping(shapes.NUMBER),
+    num_waiting=json_shapes.mapping(json_shapes.NUMBER),
+    num_running=json_shapes.mapping(json_shapes.NUMBER),
 )  # fmt: skip
 LINES: dict[str, Any] = {"burst/steps.jsonl": STEP_SHAPE, "burst/scrapes.jsonl": shapes.SCRAPE}
 COMMANDS = ("check", "report --saved", "compare", "baseline save")
@@ -114,7 +116,7 @@ def _paths(value: Any, prefix: tuple[Any, ...] = ()) -> list[tuple[Any, ...]]:
     return found
 
 
-def _shape_at(shape: shapes.Shape | None, path: tuple[Any, ...]) -> shapes.Shape | None:
+def _shape_at(shape: json_shapes.Shape | None, path: tuple[Any, ...]) -> json_shapes.Shape | None:
     """The declared shape of the value at `path`; None where the file's shape leaves it free
     (a settings object, params, a field the reader does not name, a value of several kinds)."""
     for step in path:
@@ -148,7 +150,7 @@ def _kind(value: Any) -> str:
 
 
 def _mutate(
-    doc: Any, shape: shapes.Shape, required: tuple[str, ...], data
+    doc: Any, shape: json_shapes.Shape, required: tuple[str, ...], data
 ) -> tuple[Any, bool | None]:
     """(mutated document, damaged?): True must not pass, False must not change the verdict,
     None may go either way (a free part of the file)."""

@@ -7,7 +7,7 @@ import dataclasses
 
 import pytest
 
-from gate.orchestrator.calibration import CalibrationSpec
+from gate.calibration.procedure import CalibrationSpec
 from gate.orchestrator.capacity_sweep import StepFigures, stated_limit, sweep
 
 

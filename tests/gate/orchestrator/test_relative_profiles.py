@@ -2,11 +2,15 @@
 
 from __future__ import annotations
 
+from collections.abc import Mapping
+from typing import Any
+
 import pytest
 
+from gate.calibration.content import CalibrationError, parse_calibration
+from gate.orchestrator import relative as relative_module
 from gate.orchestrator.relative import (
     RelativeError,
-    absolute_overrides,
     mix_output_tokens,
     placeholders,
     relative_values,
@@ -16,6 +20,17 @@ CALIBRATION = {
     "unloaded": {"short": {"e2e": {"p50": 0.1}}},
     "capacity": {"short": {"output_tokens_per_second": 1200.0}},
 }
+
+
+def absolute_overrides(
+    overrides: Mapping[str, Any],
+    relative: Mapping[str, str],
+    params: Mapping[str, Any],
+    calibration: dict[str, Any],
+) -> dict[str, Any]:
+    """The function under test, given calibration.json's content as its one reader parses it."""
+    parsed = parse_calibration(calibration)
+    return relative_module.absolute_overrides(overrides, relative, params, parsed)
 
 
 def test_relative_values_are_found_and_numbers_left_alone():
@@ -160,7 +175,8 @@ def test_kv_values_and_request_counts_need_only_the_phases_they_use():
 
 @pytest.mark.parametrize("client", [["lone"], "valid", {"capacity": "yes"}, {"capacity": []}])
 def test_a_malformed_client_section_is_named_not_a_traceback(client):
-    with pytest.raises(RelativeError, match=r"calibration\.json: 'client") as info:
+    # Refused by the reader, field by field, before any value is resolved.
+    with pytest.raises(CalibrationError, match=r"calibration\.json: client") as info:
         absolute_overrides(
             {}, {"base_rate_rps": "1x capacity"}, {}, {**CALIBRATION, "client": client}
         )
