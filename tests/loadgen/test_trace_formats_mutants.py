@@ -347,3 +347,52 @@ def test_detect_format_refusals() -> None:
         "TIMESTAMP, ContextTokens, GeneratedTokens; burstgpt needs Timestamp, Request tokens, "
         "Response tokens); or pass the format"
     )
+
+
+def test_a_bad_json_line_quotes_the_parsers_reason_without_its_position(tmp_path) -> None:
+    good = json.dumps({"timestamp": 0, "input_tokens": 5, "output_tokens": 1})
+    path = _write(tmp_path, "o.jsonl", [good, "{nope"])
+    assert (
+        _refusal(path) == f"{path}:2: not valid JSON (unexpected character, expected a string key)"
+    )
+    first = {"chat_id": 1, "timestamp": 0, "input_length": 5, "output_length": 1}
+    path = _write(tmp_path, "b.jsonl", [json.dumps(first), '{"a": 1,'])
+    assert _refusal(path, "bailian") == f"{path}:2: not valid JSON (unexpected end of data)"
+
+
+def test_the_token_count_columns_are_named_in_their_refusals(tmp_path) -> None:
+    rows = {
+        "ContextTokens": [AZURE_HEADER, "2023-11-16 18:15:46,x,1"],
+        "GeneratedTokens": [AZURE_HEADER, "2023-11-16 18:15:46,1,-1"],
+        "Request tokens": [BURSTGPT_HEADER, "1,ChatGPT,1.5,2,3,API log"],
+        "Response tokens": [BURSTGPT_HEADER, "1,ChatGPT,1,y,3,API log"],
+    }
+    cells = {"ContextTokens": "x", "GeneratedTokens": "-1", "Request tokens": "1.5",
+             "Response tokens": "y"}  # fmt: skip
+    for column, lines in rows.items():
+        path = _write(tmp_path, "t.csv", lines)
+        assert _refusal(path) == (
+            f'{path}:2: {column}: must be an integer >= 0, got "{cells[column]}"'
+        )
+
+
+def test_every_empty_row_is_counted(tmp_path) -> None:
+    moon = [{"timestamp": t, "input_length": i, "output_length": o}
+            for t, i, o in [(0, 5, 0), (1, 0, 5), (2, 5, 5), (3, 0, 0)]]  # fmt: skip
+    assert read_trace(_objects(tmp_path, "m.jsonl", moon)).skipped_empty == 3
+    bailian = [{**row, "chat_id": n} for n, row in enumerate(moon)]
+    assert read_trace(_objects(tmp_path, "b.jsonl", bailian)).skipped_empty == 3
+
+
+def test_bailian_refuses_backwards_timestamps_with_the_field(tmp_path) -> None:
+    rows = [{"chat_id": n, "timestamp": t, "input_length": 5, "output_length": 1}
+            for n, t in enumerate([3, 2.5])]  # fmt: skip
+    path = _objects(tmp_path, "b.jsonl", rows)
+    assert _refusal(path) == (
+        f"{path}:2: timestamp: 2.5 is earlier than the line before (3.0): the trace must be "
+        "sorted by time (sort the file by this column first)"
+    )
+
+
+def test_exactly_mooncakes_two_keys_are_mooncake() -> None:
+    assert detect_format("x", '{"output_length": 1, "input_length": 2}') == "mooncake"

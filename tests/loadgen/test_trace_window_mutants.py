@@ -231,3 +231,11 @@ def test_sessions_in_the_order_of_their_first_request() -> None:
     ]  # fmt: skip
     assert session_groups([]) == ()
     assert all(isinstance(g, TraceSession) for g in groups)
+
+
+def test_unshared_tokens_after_blocks_that_rounded_up() -> None:
+    # Blocks of 10 at 0.35 become blocks of 4 (round(3.5)): 3 of them are 12 tokens, more than
+    # the target round(31 * 0.35) = 11, so the prompt keeps all three blocks whole.
+    (r,) = scale_lengths([_hashed(31, 3, 10)], 0.35).requests
+    assert (r.input_tokens, r.block_tokens, r.hash_ids) == (12, 4, (0, 1, 2))
+    assert type(r.input_tokens) is int
