@@ -13,15 +13,18 @@ import signal
 import subprocess
 import sys
 import time
+from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+import httpx
 import psutil
 from process_scan import processes_mentioning
 
 REPO = Path(__file__).resolve().parents[2]
 GATES = REPO / "gate" / "gates" / "default.yaml"
+FAKE_OPENAI = REPO / "tests" / "loadgen" / "fake_openai_server.py"
 RUN_TIMEOUT_SECONDS = 240.0
 
 
@@ -145,3 +148,47 @@ def verdict(verdicts: dict[str, Any], gate_id: str) -> dict[str, Any]:
         if item["id"] == gate_id:
             return item
     raise AssertionError(f"no verdict {gate_id!r} in {[v['id'] for v in verdicts['verdicts']]}")
+
+
+@contextlib.contextmanager
+def served(argv: list[str], port_file: Path, *, start_timeout_seconds: float) -> Iterator[str]:
+    """A server started with `--port 0 --port-file F` (in `argv`): its URL once `/health`
+    answers 200; stopped (SIGTERM, then SIGKILL) when the block ends."""
+    proc = subprocess.Popen(argv, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    try:
+        deadline = time.monotonic() + start_timeout_seconds
+        url = None
+        while url is None:
+            assert proc.poll() is None, f"server exited with code {proc.returncode}: {argv}"
+            assert time.monotonic() < deadline, f"server not healthy in time: {argv}"
+            port = port_file.read_text().strip() if port_file.exists() else ""
+            if port:
+                with contextlib.suppress(httpx.HTTPError):
+                    candidate = f"http://127.0.0.1:{port}"
+                    if httpx.get(candidate + "/health", timeout=2).status_code == 200:
+                        url = candidate
+            if url is None:
+                time.sleep(0.05)
+        yield url
+    finally:
+        proc.terminate()
+        try:
+            proc.wait(timeout=30)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait()
+
+
+def bundled_server(tmp_path: Path) -> contextlib.AbstractContextManager[str]:
+    """The reference server with its defaults (the model loads in tens of seconds on a busy
+    core: a generous start deadline)."""
+    port_file = tmp_path / "port"
+    argv = [sys.executable, "-m", "reference_server", "--port", "0", "--port-file", str(port_file)]
+    return served(argv, port_file, start_timeout_seconds=120)
+
+
+def fake_openai_server(tmp_path: Path, *flags: str) -> contextlib.AbstractContextManager[str]:
+    """tests/loadgen/fake_openai_server.py with `flags` (a plain OpenAI-compatible target)."""
+    port_file = tmp_path / "fake-port"
+    argv = [sys.executable, str(FAKE_OPENAI), "--port", "0", "--port-file", str(port_file), *flags]
+    return served(argv, port_file, start_timeout_seconds=30)

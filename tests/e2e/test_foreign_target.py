@@ -5,39 +5,27 @@ the target cannot measure are left out and listed, and the run can pass."""
 from __future__ import annotations
 
 import subprocess
-import sys
-import time
 from pathlib import Path
 
 import pytest
-from e2e_support import REPO, RUN_TIMEOUT_SECONDS, assert_no_strays, batchgate_argv, read_json
+from e2e_support import (
+    RUN_TIMEOUT_SECONDS,
+    assert_no_strays,
+    batchgate_argv,
+    fake_openai_server,
+    read_json,
+)
 
 pytestmark = pytest.mark.slow
-
-FAKE = REPO / "tests" / "loadgen" / "fake_openai_server.py"
 
 
 @pytest.fixture
 def plain_openai_server(tmp_path: Path):  # type: ignore[no-untyped-def]
-    port_file = tmp_path / "port"
-    proc = subprocess.Popen(
-        [
-            *(sys.executable, str(FAKE), "--port", "0", "--port-file", str(port_file)),
-            # Slow enough that the calibration's 64 users are bound by the server, not by the
-            # load generator's one core: at 2 ms a token the client's CPU peaked at 0.87-0.9
-            # of a core, and a saturated capacity phase stops the run (exit 5).
-            *("--ttft-ms", "20", "--itl-ms", "8"),
-        ],
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.DEVNULL,
-    )
-    deadline = time.monotonic() + 30
-    while not port_file.exists():
-        assert proc.poll() is None and time.monotonic() < deadline, "fake server did not start"
-        time.sleep(0.05)
-    yield f"http://127.0.0.1:{port_file.read_text().strip()}"
-    proc.terminate()
-    proc.wait(timeout=10)
+    # Slow enough that the calibration's 64 users are bound by the server, not by the load
+    # generator's one core: at 2 ms a token the client's CPU peaked at 0.87-0.9 of a core, and
+    # a saturated capacity phase stops the run (exit 5).
+    with fake_openai_server(tmp_path, "--ttft-ms", "20", "--itl-ms", "8") as url:
+        yield url
 
 
 def test_a_server_without_metrics_is_gated_on_what_it_can_show(tmp_path, plain_openai_server):

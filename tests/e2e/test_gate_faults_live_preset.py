@@ -6,10 +6,10 @@ from __future__ import annotations
 
 import json
 import subprocess
-import sys
 import time
 from pathlib import Path
 
+import e2e_support
 import httpx
 import pytest
 from gate_fault_support import (
@@ -30,27 +30,8 @@ PRESET = "presets:\n  big_window:\n    policy: dynamic\n    interactive: {max_wa
 
 @pytest.fixture
 def bundled_server(tmp_path: Path):  # type: ignore[no-untyped-def]
-    port_file = tmp_path / "port"
-    proc = subprocess.Popen(
-        [sys.executable, "-m", "reference_server", "--port", "0", "--port-file", str(port_file)],
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.DEVNULL,
-    )
-    deadline = time.monotonic() + 120
-    url = None
-    while time.monotonic() < deadline and proc.poll() is None:
-        if port_file.exists() and port_file.read_text().strip():
-            url = f"http://127.0.0.1:{port_file.read_text().strip()}"
-            try:
-                if httpx.get(url + "/health", timeout=2).status_code == 200:
-                    break
-            except httpx.HTTPError:
-                pass
-        time.sleep(0.1)
-    assert url is not None and proc.poll() is None, "reference server did not start"
-    yield url
-    proc.terminate()
-    proc.wait(timeout=30)
+    with e2e_support.bundled_server(tmp_path) as url:
+        yield url
 
 
 def _batching(url: str) -> dict:  # type: ignore[type-arg]

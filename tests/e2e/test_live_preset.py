@@ -4,10 +4,9 @@
 from __future__ import annotations
 
 import subprocess
-import sys
-import time
 from pathlib import Path
 
+import e2e_support
 import httpx
 import pytest
 from e2e_support import RUN_TIMEOUT_SECONDS, batchgate_argv, read_json
@@ -19,27 +18,8 @@ SHORT = ("--profile", "night_trickle", "--set", "night_trickle.main_seconds=200"
 
 @pytest.fixture
 def bundled_server(tmp_path: Path):  # type: ignore[no-untyped-def]
-    port_file = tmp_path / "port"
-    proc = subprocess.Popen(
-        [sys.executable, "-m", "reference_server", "--port", "0", "--port-file", str(port_file)],
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.DEVNULL,
-    )
-    deadline = time.monotonic() + 120
-    url = None
-    while time.monotonic() < deadline and proc.poll() is None:
-        if port_file.exists() and port_file.read_text().strip():
-            url = f"http://127.0.0.1:{port_file.read_text().strip()}"
-            try:
-                if httpx.get(url + "/health", timeout=2).status_code == 200:
-                    break
-            except httpx.HTTPError:
-                pass
-        time.sleep(0.1)
-    assert url is not None and proc.poll() is None, "reference server did not start"
-    yield url
-    proc.terminate()
-    proc.wait(timeout=30)
+    with e2e_support.bundled_server(tmp_path) as url:
+        yield url
 
 
 def _run(tmp_path: Path, url: str, run_id: str, *extra: str) -> subprocess.CompletedProcess[str]:

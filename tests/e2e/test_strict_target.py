@@ -9,17 +9,20 @@ from __future__ import annotations
 
 import json
 import subprocess
-import sys
-import time
 import urllib.request
 from pathlib import Path
 
 import pytest
-from e2e_support import REPO, RUN_TIMEOUT_SECONDS, assert_no_strays, batchgate_argv, read_json
+from e2e_support import (
+    RUN_TIMEOUT_SECONDS,
+    assert_no_strays,
+    batchgate_argv,
+    fake_openai_server,
+    read_json,
+)
 
 pytestmark = pytest.mark.slow
 
-FAKE = REPO / "tests" / "loadgen" / "fake_openai_server.py"
 EXTENSION_FIELDS = {"min_tokens", "ignore_eos", "top_k", "repetition_penalty",
                     "thinking_tokens", "chat_template_kwargs"}  # fmt: skip
 THINKING_GATES = ("chat_during_thinking", "thinking_ttfc", "thinking_reasoned")
@@ -27,23 +30,10 @@ THINKING_GATES = ("chat_during_thinking", "thinking_ttfc", "thinking_reasoned")
 
 @pytest.fixture
 def strict_server(tmp_path: Path):  # type: ignore[no-untyped-def]
-    port_file = tmp_path / "port"
-    proc = subprocess.Popen(
-        [
-            *(sys.executable, str(FAKE), "--port", "0", "--port-file", str(port_file)),
-            # As tests/e2e/test_foreign_target.py: server-bound, not client-bound, calibration.
-            *("--ttft-ms", "20", "--itl-ms", "8", "--strict-fields"),
-        ],
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.DEVNULL,
-    )
-    deadline = time.monotonic() + 30
-    while not port_file.exists():
-        assert proc.poll() is None and time.monotonic() < deadline, "fake server did not start"
-        time.sleep(0.05)
-    yield f"http://127.0.0.1:{port_file.read_text().strip()}"
-    proc.terminate()
-    proc.wait(timeout=10)
+    # As tests/e2e/test_foreign_target.py: server-bound, not client-bound, calibration.
+    flags = ("--ttft-ms", "20", "--itl-ms", "8", "--strict-fields")
+    with fake_openai_server(tmp_path, *flags) as url:
+        yield url
 
 
 def test_a_strict_target_gets_no_field_it_refuses(tmp_path, strict_server):
