@@ -31,7 +31,9 @@ def build_load_json(
     ended: str,
     batch_job: dict[str, Any] | None = None,
     trace: dict[str, Any] | None = None,
+    failure: str | None = None,
 ) -> dict[str, Any]:
+    """load.json's content; `failure`: why a load driver stopped early (an invalid reason)."""
     p = spec.params
     closed = spec.mode == "closed"
     duration = spec.schedule.duration_seconds
@@ -68,6 +70,8 @@ def build_load_json(
         reasons.append("no request was sent")
     if len(summaries) < workers:
         reasons.append(f"only {len(summaries)} of {workers} workers reported their summary")
+    if failure is not None:
+        reasons.append(failure)
     load = {
         "schema_version": 1,
         "profile": spec.name,

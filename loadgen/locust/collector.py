@@ -65,10 +65,17 @@ class Collector:
         self.started = gevent.event.Event()  # the start time of this test is known
         self.write_error: str | None = None
         self.write_failed = gevent.event.Event()
+        self.failure: str | None = None  # why a driver (this process's or a worker's) failed
+        self.failed = gevent.event.Event()
 
     def refuse(self, message: str) -> None:
         self.refusal = message
         self.refused.set()
+
+    def driver_failed(self, reason: str) -> None:
+        if self.failure is None:
+            self.failure = reason
+        self.failed.set()
 
     def set_start(self, start_wall: float, start_monotonic: float | None) -> None:
         self.wall_at_t0 = start_wall
@@ -134,6 +141,7 @@ class Collector:
             ended=ended,
             batch_job=batch_job,
             trace=self.spec.replay.summary() if self.spec.replay is not None else None,
+            failure=self.failure,
         )
         path = Path(self.config.out_dir) / "load.json"
         tmp = path.with_suffix(".json.tmp")

@@ -134,6 +134,9 @@ def install(
             "loadgen_records", lambda msg, **_: [collector.add(r) for r in msg.data]
         )
         runner.register_message("loadgen_done", lambda msg, **_: collector.worker_done(msg.data))
+        runner.register_message(
+            "loadgen_failed", lambda msg, **_: collector.driver_failed(msg.data["reason"])
+        )
     if standalone:
         gevent.spawn(on_done_watch)
         env.events.quitting.add_listener(on_quitting)

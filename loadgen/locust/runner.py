@@ -141,7 +141,14 @@ def run_load(
         job_greenlet = gevent.spawn(_run_job, job, collector)
     limit = spec.schedule.duration_seconds + float(spec.params["request_timeout_seconds"]) + 30.0
     gevent.wait(
-        [collector.done, stop_requested, collector.refused, lost, collector.write_failed],
+        [
+            collector.done,
+            stop_requested,
+            collector.refused,
+            lost,
+            collector.write_failed,
+            collector.failed,
+        ],
         timeout=limit,
         count=1,
     )
@@ -155,7 +162,21 @@ def run_load(
         runner.quit()
         _reap(procs, timeout_seconds=10.0)
         raise RuntimeError(f"the run was refused: {collector.refusal}")
-    if lost.ready() and not collector.done.is_set():
+    if collector.failed.is_set() and not collector.done.is_set():
+        # A driver raised (a bug): the others stop, their records kept; the run crashed.
+        ended = "crashed"
+        _say(f"loadgen: error: {collector.failure}; stopping the load")
+        if isinstance(runner, MasterRunner):
+            runner.stop()
+            deadline = time.monotonic() + 10.0
+            while len(collector.summaries) < collector.worker_count - 1 and (
+                time.monotonic() < deadline
+            ):
+                gevent.sleep(0.1)
+        else:
+            for greenlet in list(runner.user_greenlets):
+                greenlet.kill(block=True, timeout=10)
+    elif lost.ready() and not collector.done.is_set():
         # Never a "completed" run with a share of the schedule missing: the surviving
         # workers stop (their in-flight requests cancelled, their records kept) and the run
         # says it crashed. The lost worker's in-flight requests have no record.

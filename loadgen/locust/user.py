@@ -111,7 +111,20 @@ class DriverUser(User):
         # Every byte its connections receive counts in this process's heartbeat (the gate's
         # sign that a target with a slow /health is still answering).
         session.client.pool.meter = receive_meter(env)
-        summary = session.run(t0)
+        try:
+            summary = session.run(t0)
+        except Exception as exc:
+            # A bug in the driver: the run ends now and says why (the traceback goes to the
+            # log), instead of waiting out its time limit for a summary that never comes.
+            logger.exception("loadgen: the load driver failed")
+            reason = f"the load driver failed: {type(exc).__name__}: {exc}"
+            if flusher is not None:
+                flusher.kill()
+                sink.flush()  # the records it made before failing are kept
+                runner.send_message("loadgen_failed", {"worker": slot, "reason": reason})
+            else:
+                collector.driver_failed(reason)
+            raise StopUser() from None
         if flusher is not None:
             flusher.kill()
             sink.flush()
