@@ -1,25 +1,20 @@
 """`batchgate sweep`: the highest offered rate at which every gate still passes (docs/run.md).
 
-Owns the command around the capacity search (`gate.orchestrator.sweep`): its arguments, one
-target for the whole search (the bundled server started once with the preset's flags, or
-`--target`), printing the knee and the gate that binds there, and writing `sweep.json`. Exit: 0
-knee found, 1 not even the minimum rate passes, 2 usage, 4 invalid gates file, 5 the target died or
-the run was interrupted.
+Owns the command around the capacity search (`gate.orchestrator.sweep.run_sweep`: the target,
+the bracket, the search): its arguments and their validation before anything starts, printing
+the points, the knee and the gate that binds there, and the exit code; sweep.json is written by
+`gate.outputs.sweep_json`. Exit: 0 knee found, 1 not even the minimum rate passes, 2 usage, 4
+invalid gates file, 5 the target died or the run was interrupted.
 """
 
 from __future__ import annotations
 
 import argparse
-import dataclasses
-import json
 from pathlib import Path
-from typing import Any
 
 from rich.console import Console
 from rich.table import Table
 
-from gate.calibration.content import CALIBRATION_FILE
-from gate.calibration.json_io import read_calibration
 from gate.commands import _options as options
 from gate.commands._common import (
     add_common_arguments,
@@ -29,19 +24,13 @@ from gate.commands._common import (
     output_console,
 )
 from gate.errors import BatchgateError, ExitCode, UsageError
-from gate.orchestrator.bundled_server import BundledServer, ServerOptions, start_bundled_server
 from gate.orchestrator.live import LiveView
 from gate.orchestrator.plan import PlanError, parse_sets, resolve_plans
-from gate.orchestrator.preset_flags import server_flags
-from gate.orchestrator.processes import ProcessError
-from gate.orchestrator.relative import mix_output_tokens
-from gate.orchestrator.run_config import RunConfig
-from gate.orchestrator.runner import execute, new_run_id
-from gate.orchestrator.sweep import Point, Search, SearchSpec, SweepFault
+from gate.orchestrator.runner import new_run_id
+from gate.orchestrator.sweep import Point, SearchSpec, SweepOutcome, SweepRequest, run_sweep
+from gate.outputs.sweep_json import SWEEP_FILE, write_sweep_json
 
 __all__ = ["register", "run"]
-
-SWEEP_FILE = "sweep.json"
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
@@ -119,148 +108,60 @@ def run(args: argparse.Namespace) -> int:
         err.print(f"batchgate sweep: {exc}", markup=False)
         return int(ExitCode.USAGE)
     sweep_dir.mkdir(parents=True, exist_ok=True)
-    view = LiveView()
-    server: BundledServer | None = None
+    request = SweepRequest(
+        profile=args.profile,
+        scale=args.scale,
+        gates_file=gates_file,
+        gates_text=args.gates.read_text(encoding="utf-8"),
+        plans=tuple(first_plans),
+        overrides=parse_sets(args.set),
+        min_rate=args.min_rate,
+        max_rate=args.max_rate,
+        requests_per_point=args.requests_per_point,
+        tolerance=args.tolerance,
+        repeats=args.repeats,
+        max_points=args.max_points,
+        target_url=args.target,
+        preset_name=args.preset,
+        preset=preset,
+        server_args=tuple(args.server_arg),
+        api_key=args.api_key,
+        admin_token=args.admin_token,
+        workers=args.workers,
+        calibration=args.calibration,
+    )
     try:
-        url = args.target
-        if url is None:
-            view.message("batchgate sweep: starting the bundled reference server")
-            try:
-                server = start_bundled_server(
-                    sweep_dir,
-                    ServerOptions(
-                        preset_flags=tuple(server_flags(preset or {})),
-                        extra_args=tuple(args.server_arg),
-                    ),
-                )
-            except ProcessError as exc:
-                err.print(f"batchgate sweep: the bundled server did not start: {exc}", markup=False)
-                return int(ExitCode.NO_DATA)
-        base = RunConfig(
-            gates_file=gates_file,
-            gates_text=args.gates.read_text(encoding="utf-8"),
-            plans=tuple(first_plans),
-            scale=args.scale,
-            run_dir=sweep_dir,
-            target_url=args.target,
-            # One bundled server for every point, measured by each (the sampler gets its PID).
-            attached_server=server,
-            # The bundled server got the preset as flags; a --target gets it live (each run).
-            preset_name=args.preset if args.target else None,
-            preset=preset if args.target else None,
-            api_key=args.api_key,
-            admin_token=args.admin_token,
-            load_workers=args.workers,
-            write_report=False,
-            calibration=args.calibration,
-        )
-        try:
-            min_rate, max_rate, base = _bracket(args, base, first_plans[0].params, sweep_dir, view)
-        except BatchgateError as exc:
-            err.print(f"batchgate sweep: {exc}", markup=False)
-            return int(exc.exit_code)
-        spec = SearchSpec(
-            profile=args.profile,
-            scale=args.scale,
-            overrides=parse_sets(args.set),
-            requests_per_point=args.requests_per_point,
-            min_rate=min_rate,
-            max_rate=max_rate,
-            tolerance=args.tolerance,
-            repeats=args.repeats,
-            max_points=args.max_points,
-        )
-        search = Search(spec, base, sweep_dir, view)
-        try:
-            lo, hi = search.search()
-        except BatchgateError as exc:
-            err.print(f"batchgate sweep: {exc}", markup=False)
-            return int(exc.exit_code)
-        except SweepFault as exc:
-            err.print(f"batchgate sweep: {exc}", markup=False)
-            _write(sweep_dir, args, search.points, None, None, ended=str(exc), spec=spec)
-            return int(ExitCode.NO_DATA)
-    finally:
-        if server is not None:
-            server.stop(timeout_seconds=15.0)
-    binding = _binding(search.points, lo, hi)
-    _write(sweep_dir, args, search.points, lo, hi, binding=binding, spec=spec)
-    _print(search.points, lo, hi, binding, spec, sweep_dir)
+        outcome = run_sweep(request, sweep_dir, LiveView())
+    except BatchgateError as exc:
+        err.print(f"batchgate sweep: {exc}", markup=False)
+        return int(exc.exit_code)
+    _write(sweep_dir, args, outcome)
+    if outcome.fault is not None:
+        err.print(f"batchgate sweep: {outcome.fault}", markup=False)
+        return int(ExitCode.NO_DATA)
+    lo, hi = outcome.knee_rps, outcome.first_failing_rps
+    _print(list(outcome.points), lo, hi, outcome.binding_gate, outcome.spec, sweep_dir)
     return int(ExitCode.PASSED if lo is not None else ExitCode.FAILED)
 
 
-def _bracket(
-    args: argparse.Namespace,
-    base: RunConfig,
-    params: dict[str, Any],
-    sweep_dir: Path,
-    view: LiveView,
-) -> tuple[float, float, RunConfig]:
-    """The rates to search between, and the config every point runs with.
-
-    Without both rates, the target is calibrated once (docs/calibration.md) and the search
-    brackets 0.25x..2x its capacity for the profile's mix; every point then reuses that
-    calibration (relative gates judge against it) instead of measuring again.
-    """
-    if args.min_rate is not None and args.max_rate is not None and args.calibration == "off":
-        return args.min_rate, args.max_rate, base
-    calibrated = execute(
-        dataclasses.replace(base, run_dir=sweep_dir / "calibration-run", calibrate_only=True),
-        view,
+def _write(sweep_dir: Path, args: argparse.Namespace, outcome: SweepOutcome) -> None:
+    write_sweep_json(
+        sweep_dir / SWEEP_FILE,
+        profile=args.profile,
+        scale=args.scale,
+        target=args.target,
+        preset=args.preset,
+        gates_file=str(args.gates),
+        min_rate_rps=outcome.spec.min_rate,
+        max_rate_rps=outcome.spec.max_rate,
+        requests_per_point=args.requests_per_point,
+        tolerance=args.tolerance,
+        knee_rps=outcome.knee_rps,
+        first_failing_rps=outcome.first_failing_rps,
+        binding_gate=outcome.binding_gate,
+        ended=outcome.fault or "completed",
+        points=[p.to_dict() for p in outcome.points],
     )
-    path = sweep_dir / "calibration-run" / CALIBRATION_FILE
-    if calibrated.exit_code != ExitCode.PASSED or not path.is_file():
-        reason = calibrated.fault.message if calibrated.fault is not None else "no calibration"
-        raise UsageError(f"could not calibrate the target: {reason}", ExitCode.NO_DATA)
-    measured = read_calibration(path).capacity.get("short")
-    tokens = None if measured is None else measured.output_tokens_per_second
-    if tokens is None:
-        raise UsageError(f"{path}: no capacity.short.output_tokens_per_second", ExitCode.NO_DATA)
-    capacity = tokens / mix_output_tokens(params)
-    view.message(f"batchgate sweep: calibrated capacity for {args.profile}: {capacity:.3g} req/s")
-    low = args.min_rate if args.min_rate is not None else 0.25 * capacity
-    high = args.max_rate if args.max_rate is not None else max(2.0 * capacity, low)
-    return low, high, dataclasses.replace(base, calibration=str(path))
-
-
-def _binding(points: list[Point], lo: float | None, hi: float | None) -> str | None:
-    """The gate that stops a higher rate: what failed just above the knee, else the tightest."""
-    above = [p for p in points if hi is not None and p.rate_rps == hi and p.failed]
-    if above:
-        return above[-1].failed[0]
-    at = [p for p in points if lo is not None and p.rate_rps == lo and p.outcome == "pass"]
-    return at[-1].tightest if at else None
-
-
-def _write(
-    sweep_dir: Path,
-    args: argparse.Namespace,
-    points: list[Point],
-    lo: float | None,
-    hi: float | None,
-    *,
-    binding: str | None = None,
-    ended: str = "completed",
-    spec: SearchSpec | None = None,
-) -> None:
-    data = {
-        "schema_version": 1,
-        "profile": args.profile,
-        "scale": args.scale,
-        "target": args.target,
-        "preset": args.preset,
-        "gates_file": str(args.gates),
-        "min_rate_rps": spec.min_rate if spec else args.min_rate,
-        "max_rate_rps": spec.max_rate if spec else args.max_rate,
-        "requests_per_point": args.requests_per_point,
-        "tolerance": args.tolerance,
-        "knee_rps": lo,
-        "first_failing_rps": hi,
-        "binding_gate": binding,
-        "ended": ended,
-        "points": [p.to_dict() for p in points],
-    }
-    (sweep_dir / SWEEP_FILE).write_text(json.dumps(data, indent=2) + "\n", encoding="utf-8")
 
 
 def _print(

@@ -1,9 +1,10 @@
 """`batchgate tune`: choose batching settings for a workload by measuring them (docs/tune.md).
 
-Owns the command around the session (`gate.orchestrator.tune_session`: target, calibration,
-search): its arguments and their validation before anything starts, printing the candidates
-table, writing `tune.json` and `tune.html`, and the winner as a named preset in the tune directory
-(and in the gates file --write-gates names; never in ./gates.yaml unless asked).
+Owns the command around the session (`gate.tune.session`: target, calibration, search): its
+arguments and their validation before anything starts, printing the candidates table and the
+winner, and the exit code. The artifacts are written by `gate.outputs.tune_json` (tune.json) and
+`gate.outputs.tune_report` (tune.html), the winning preset by `gate.tune.preset` (in the tune
+directory, and in the gates file --write-gates names; never in ./gates.yaml unless asked).
 Exit: 0 a winner (preset written), 1 no candidate passes every gate, 2 usage, 4 invalid gates
 file, 5 the target died, could not be calibrated, or the search was interrupted.
 """
@@ -11,7 +12,6 @@ file, 5 the target died, could not be calibrated, or the search was interrupted.
 from __future__ import annotations
 
 import argparse
-import json
 import re
 from pathlib import Path
 from typing import Any
@@ -22,27 +22,26 @@ from gate.commands import _options as options
 from gate.commands._common import (
     add_common_arguments,
     add_set_and_out_arguments,
-    load_gates,
     load_gates_and_preset,
     new_directory_in,
     output_console,
 )
 from gate.errors import BatchgateError, ExitCode, UsageError
-from gate.gates.preset_writer import add_preset, check_preset_target, preset_block
+from gate.gates.preset_writer import check_preset_target
 from gate.orchestrator.live import LiveView
 from gate.orchestrator.plan import PlanError, parse_sets, resolve_plans
 from gate.orchestrator.runner import new_run_id
-from gate.orchestrator.tune import Candidate
-from gate.orchestrator.tune_runner import parse_objective, with_monitors
-from gate.orchestrator.tune_session import TuneOutcome, TuneRequest, TuneSession
-from gate.orchestrator.tune_space import parse_knobs, parse_setting, preset_of
+from gate.outputs.tune_json import TUNE_FILE, write_tune_json
 from gate.outputs.tune_report import candidates_table, preset_instructions, write_html
+from gate.tune.candidate import Candidate
+from gate.tune.objective import Objective, parse_objective, with_monitors
+from gate.tune.preset import preset_target, write_winner
+from gate.tune.session import TuneOutcome, TuneRequest, TuneSession
+from gate.tune.space import parse_knobs, parse_setting
 from gate.units import UnitError, UnitKind, parse_quantity
 
 __all__ = ["register", "run"]
 
-TUNE_FILE = "tune.json"
-PRESET_FILE = "preset.yaml"
 _NAME = re.compile(r"^[a-z][a-z0-9_]*$")
 
 
@@ -144,7 +143,7 @@ def run(args: argparse.Namespace) -> int:
         gates_file, preset = load_gates_and_preset(args)
         args.set = options.profile_sets(args.set, [args.profile], known=gates_file.profiles)
         # Where the winner will go, checked now rather than after the whole search.
-        check_preset_target(_preset_target(args), args.preset_name)
+        check_preset_target(preset_target(args.gates, args.write_gates), args.preset_name)
         parsed = parse_knobs(args.knobs, args.values)
         reference = dict(parse_setting(item, "--reference") for item in args.reference)
         if reference and args.server_cmd is None:
@@ -204,56 +203,59 @@ def run(args: argparse.Namespace) -> int:
         return int(exc.exit_code)
     finally:
         session.stop()
-    return _finish(args, tune_dir, outcome, objective)
+    # On the bundled server the candidates ran on top of --preset: the winner includes it.
+    bundled = args.target is None and args.server_cmd is None
+    start_preset = dict(preset or {}) if bundled and args.preset is not None else None
+    return _finish(args, tune_dir, outcome, objective, start_preset)
 
 
-def _finish(args: argparse.Namespace, tune_dir: Path, outcome: TuneOutcome, objective: Any) -> int:
-    """tune.json, tune.html, the table, the preset; the exit code."""
+def _finish(
+    args: argparse.Namespace,
+    tune_dir: Path,
+    outcome: TuneOutcome,
+    objective: Objective,
+    start_preset: dict[str, Any] | None,
+) -> int:
+    """tune.json, tune.html, the preset, the table; the exit code."""
     a = args
-    search, winner, space, calibration = (
-        outcome.search,
-        outcome.winner,
-        outcome.space,
-        outcome.calibration,
-    )
+    search, winner, space = outcome.search, outcome.winner, outcome.space
     candidates = list(search.candidates.values())
     incumbent = search.candidates.get(Candidate(settings=search.incumbent, origin="").key)
     written, preset_error = None, None
     if winner is not None and search.ended == "completed":
         try:
-            written = _write_preset(args, tune_dir, winner)
+            written = write_winner(
+                name=a.preset_name,
+                profile=a.profile,
+                settings=winner.settings,
+                start_preset=start_preset,
+                tune_dir=tune_dir,
+                gates=Path(a.gates),
+                write_gates=a.write_gates,
+            )
         except (BatchgateError, OSError) as exc:  # the results are kept whatever happens here
             preset_error = str(exc)
-    preset_record = None
-    if written is not None:
-        block, copy, added_to = written
-        preset_record = {
-            "name": a.preset_name,
-            "file": str(block),
-            "gates_file": str(copy),
-            "added_to": None if added_to is None else str(added_to),
-        }
-    data = {
-        "schema_version": 1,
-        "profile": a.profile,
-        "objective": {
+    write_tune_json(
+        tune_dir / TUNE_FILE,
+        profile=a.profile,
+        objective={
             "metric": objective.metric,
             "statistic": objective.statistic,
             "higher_is_better": objective.higher_is_better,
         },
-        "budget_seconds": search.budget,
-        "rungs": list(search.rungs),
-        "knobs": {k.path: list(k.values) for k in space.knobs},
-        "incumbent": search.incumbent,
-        "winner": None if winner is None else winner.settings,
-        "preset": preset_record,
-        "preset_error": preset_error,
-        "runs_skipped_for_budget": search.skipped,
-        "ended": search.ended,
-        "calibration": calibration.as_written("unloaded", "capacity"),
-        "candidates": [c.to_dict() for c in candidates],
-    }
-    (tune_dir / TUNE_FILE).write_text(json.dumps(data, indent=2, default=str) + "\n")
+        budget_seconds=search.budget,
+        rungs=search.rungs,
+        knobs={k.path: list(k.values) for k in space.knobs},
+        incumbent=search.incumbent,
+        winner=None if winner is None else winner.settings,
+        preset_name=a.preset_name,
+        preset_files=written,
+        preset_error=preset_error,
+        runs_skipped_for_budget=search.skipped,
+        ended=search.ended,
+        calibration=outcome.calibration,
+        candidates=[c.to_dict() for c in candidates],
+    )
     summary = [
         ("profile", a.profile),
         ("objective", f"{objective.label} ({'max' if objective.higher_is_better else 'min'})"),
@@ -306,48 +308,6 @@ def _finish(args: argparse.Namespace, tune_dir: Path, outcome: TuneOutcome, obje
     for line in preset_instructions(a.preset_name, *written):
         out.print(line, markup=False, soft_wrap=True)
     return int(ExitCode.PASSED)
-
-
-def _preset_target(args: argparse.Namespace) -> tuple[Path, Path]:
-    """(the gates file the winner is added to, the text it starts from): --write-gates (made
-    from the --gates file when it does not exist yet); without it, the copy of the --gates
-    file in the tune directory (`tune_dir/gates.yaml`, written at the end), checked as the
-    --gates file itself. Never ./gates.yaml unless asked: a gates file in the working directory
-    would from then on judge every `batchgate run` there."""
-    gates = Path(args.gates)
-    target = args.write_gates
-    if target is None:
-        return gates, gates
-    return target, (target if target.is_file() else gates)
-
-
-def _write_preset(
-    args: argparse.Namespace, tune_dir: Path, winner: Candidate
-) -> tuple[Path, Path, Path | None]:
-    """(preset.yaml, a gates file holding it, the --write-gates file or None): the preset is
-    always written into the tune directory, as a block of its own and inside a copy of the
-    --gates file; into another gates file only with --write-gates."""
-    comment = f"batchgate tune --profile {args.profile}, {tune_dir.name}"
-    # On the bundled server the candidates ran on top of --preset: the winner includes it, so
-    # `run --preset NAME` on a fresh server runs what was measured.
-    base = load_gates_and_preset_preset(args)
-    preset = preset_of(winner.settings, base)
-    block = tune_dir / PRESET_FILE
-    block.write_text(preset_block(args.preset_name, preset, comment), encoding="utf-8")
-    copy = tune_dir / "gates.yaml"
-    gates_text = Path(args.gates).read_text(encoding="utf-8")
-    add_preset(copy, gates_text, args.preset_name, preset, comment)
-    if args.write_gates is None:
-        return block, copy, None
-    target, source = _preset_target(args)
-    add_preset(target, source.read_text(encoding="utf-8"), args.preset_name, preset, comment)
-    return block, copy, target
-
-
-def load_gates_and_preset_preset(args: argparse.Namespace) -> dict[str, Any] | None:
-    if args.preset is None or args.target is not None or args.server_cmd is not None:
-        return None
-    return dict(load_gates(args.gates).presets.get(args.preset) or {})
 
 
 def _maybe(value: float | None) -> str:

@@ -2,8 +2,9 @@
 (throughput versus TTFT p99 per candidate, the passing Pareto front marked) and `tune.html`.
 
 Owns rendering only: it reads the search's candidates and never measures or decides. The
-candidates are `gate.orchestrator.tune.Candidate` objects (settings, label, origin, key and
-measurements), read by attribute: outputs do not import the orchestrator.
+candidates are `gate.tune.candidate.Candidate` objects (settings, label, origin, key and
+measurements), read by attribute: outputs do not import the tune stage, which sits above them.
+tune.json is `gate.outputs.tune_json`'s.
 """
 
 from __future__ import annotations

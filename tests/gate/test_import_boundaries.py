@@ -5,7 +5,7 @@
   package below it that it may import from outside is `batchgate_records` (the request-record
   format it shares with loadgen), which itself imports neither gate nor loadgen;
 - the stages import only downwards: leaves -> gates, calibration, observers -> rundir -> metrics
-  -> verdicts -> outputs, baseline, compare, rollback -> orchestrator -> commands, cli;
+  -> verdicts -> outputs, baseline, compare, rollback -> orchestrator -> tune -> commands, cli;
 - no import cycle anywhere in gate/, loadgen/ and batchgate_records/ (the same check as
   `python scripts/import_cycles.py gate loadgen batchgate_records`).
 """
@@ -46,8 +46,9 @@ STAGES: dict[str, int] = {
     "gate.compare": 5,
     "gate.rollback": 5,
     "gate.orchestrator": 6,
-    "gate.commands": 7,
-    "gate.cli": 7,
+    "gate.tune": 7,
+    "gate.commands": 8,
+    "gate.cli": 8,
 }
 LEAF_ORDER = (
     "gate.errors",

@@ -10,11 +10,11 @@ from pathlib import Path
 import pytest
 import yaml
 
-from gate.commands import tune
 from gate.gates.file import load, packaged_gates_path
 from gate.gates.preset_writer import PresetWriteError, check_preset_target
-from gate.orchestrator.tune import Candidate
 from gate.outputs.tune_report import preset_instructions
+from gate.tune.candidate import Candidate
+from gate.tune.preset import preset_target, write_winner
 
 WINNER = Candidate(settings={"policy": "continuous", "interactive.max_wait_ms": 5}, origin="coarse")
 
@@ -31,13 +31,32 @@ def _args(gates: Path, write_gates: Path | None = None) -> argparse.Namespace:
     )
 
 
+def _preset_target(args: argparse.Namespace) -> tuple[Path, Path]:
+    return preset_target(args.gates, args.write_gates)
+
+
+def _write_preset(
+    args: argparse.Namespace, tune_dir: Path, winner: Candidate
+) -> tuple[Path, Path, Path | None]:
+    """What `batchgate tune` does with its winner on a --target (no start preset under it)."""
+    return write_winner(
+        name=args.preset_name,
+        profile=args.profile,
+        settings=winner.settings,
+        start_preset=None,
+        tune_dir=tune_dir,
+        gates=args.gates,
+        write_gates=args.write_gates,
+    )
+
+
 def test_without_write_gates_the_preset_stays_in_the_tune_directory(tmp_path, monkeypatch):
     monkeypatch.chdir(tmp_path)
     tune_dir = tmp_path / "runs" / "tune-1"
     tune_dir.mkdir(parents=True)
     args = _args(packaged_gates_path())
-    check_preset_target(tune._preset_target(args), "tuned")  # what `run` checks first
-    block, copy, added_to = tune._write_preset(args, tune_dir, WINNER)
+    check_preset_target(_preset_target(args), "tuned")  # what `run` checks first
+    block, copy, added_to = _write_preset(args, tune_dir, WINNER)
 
     assert not (tmp_path / "gates.yaml").exists()  # nothing in the working directory
     assert (
@@ -64,7 +83,7 @@ def test_a_users_gates_file_is_not_changed_without_write_gates(tmp_path):
     before = gates.read_text()
     tune_dir = tmp_path / "tune-2"
     tune_dir.mkdir()
-    _, copy, added_to = tune._write_preset(_args(gates), tune_dir, WINNER)
+    _, copy, added_to = _write_preset(_args(gates), tune_dir, WINNER)
     assert gates.read_text() == before and added_to is None
     assert "tuned" in load(copy).presets
 
@@ -73,9 +92,7 @@ def test_write_gates_adds_the_preset_to_that_file_too(tmp_path):
     target = tmp_path / "team.yaml"  # does not exist yet: made from the --gates file
     tune_dir = tmp_path / "tune-3"
     tune_dir.mkdir()
-    block, copy, added_to = tune._write_preset(
-        _args(packaged_gates_path(), target), tune_dir, WINNER
-    )
+    block, copy, added_to = _write_preset(_args(packaged_gates_path(), target), tune_dir, WINNER)
     assert added_to == target and load(target).presets["tuned"] == load(copy).presets["tuned"]
     assert block.exists()
     assert "added to" in "\n".join(preset_instructions("tuned", block, copy, added_to))
@@ -86,4 +103,4 @@ def test_a_preset_name_the_gates_file_has_is_refused_before_the_search(tmp_path)
     gates.write_text(packaged_gates_path().read_text())
     taken = next(iter(load(gates).presets))
     with pytest.raises(PresetWriteError, match="exists already"):
-        check_preset_target(tune._preset_target(_args(gates)), taken)
+        check_preset_target(_preset_target(_args(gates)), taken)

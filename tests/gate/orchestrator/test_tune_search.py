@@ -8,8 +8,9 @@ import pytest
 
 from gate.errors import UsageError
 from gate.orchestrator.live import LiveView
-from gate.orchestrator.tune import Candidate, Measurement, TuneSearch, rungs_from
-from gate.orchestrator.tune_space import KnobSpace, parse_knobs, preset_of, short_name
+from gate.tune.candidate import Candidate, Measurement
+from gate.tune.search import TuneSearch, rungs_from
+from gate.tune.space import KnobSpace, parse_knobs, preset_of, short_name
 
 
 def _space(**values):
@@ -203,8 +204,8 @@ def test_rungs_start_at_the_scale_asked() -> None:
 
 
 def test_one_setting_one_key_and_the_template_means_the_interactive_class() -> None:
-    from gate.orchestrator.tune_runner import command_argv
-    from gate.orchestrator.tune_space import candidate_key, flatten_settings
+    from gate.tune.runner import command_argv
+    from gate.tune.space import candidate_key, flatten_settings
 
     live = {"policy": "dynamic", "interactive": {"max_wait_ms": 20.0}}
     incumbent = flatten_settings(
@@ -237,7 +238,7 @@ def test_one_setting_one_key_and_the_template_means_the_interactive_class() -> N
 
 
 def test_a_candidates_own_server_dying_fails_that_candidate_only() -> None:
-    from gate.orchestrator.tune_runner import _own_server
+    from gate.tune.runner import _own_server
 
     died = Measurement(
         rung=0,

@@ -15,8 +15,8 @@ Owns the three ways a candidate reaches a target:
 Every run reuses one calibration (taken once, with the reference settings), so relative gates
 judge every candidate against the same reference. The objective, the throughput and the p99
 latency of the trade-off figure come from monitor gates added to the gates file (same
-statistics and intervals as any gate; they never change a verdict). It does not search
-(`gate.orchestrator.tune`).
+statistics and intervals as any gate; they never change a verdict: `gate.tune.objective`). It
+does not search (`gate.tune.search`).
 """
 
 from __future__ import annotations
@@ -29,12 +29,7 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
-import yaml
-
 from gate.errors import ExitCode, UsageError
-from gate.gates.file import loads
-from gate.gates.spec import GatesFile
-from gate.glossary import get_metric
 from gate.orchestrator.bundled_server import BundledServer
 from gate.orchestrator.live import LiveView
 from gate.orchestrator.plan import resolve_plans
@@ -42,95 +37,14 @@ from gate.orchestrator.preset_flags import START_ONLY_KEYS
 from gate.orchestrator.processes import ProcessError, start_child, wait_for_health
 from gate.orchestrator.run_config import RunConfig, RunResult
 from gate.orchestrator.runner import execute
-from gate.orchestrator.tune import Candidate, Measurement
-from gate.orchestrator.tune_space import preset_of
+from gate.tune.candidate import Candidate, Measurement
+from gate.tune.objective import LATENCY_GATE, OBJECTIVE_GATE, THROUGHPUT_GATE
+from gate.tune.space import preset_of
 from gate.verdicts.verdict import Status
 
-__all__ = [
-    "OBJECTIVE_GATE",
-    "CandidateRunner",
-    "Objective",
-    "command_argv",
-    "parse_objective",
-    "with_monitors",
-]
+__all__ = ["CANDIDATE_PRESET", "CandidateRunner", "command_argv", "free_port", "measurement_of"]
 
-OBJECTIVE_GATE = "tune_objective"
-_THROUGHPUT_GATE = "tune_output_tokens_per_second"
-_LATENCY_GATE = "tune_ttft_p99"
 CANDIDATE_PRESET = "tune_candidate"
-
-
-@dataclasses.dataclass(frozen=True)
-class Objective:
-    metric: str
-    statistic: str
-    higher_is_better: bool
-
-    @property
-    def label(self) -> str:
-        return f"{self.metric} {self.statistic}"
-
-
-def parse_objective(text: str | None, gates_file: GatesFile) -> Objective:
-    """`METRIC[:STATISTIC]`; default: goodput rate when the gates file has SLOs, else output
-    tokens/s. Raises UsageError naming the problem (exit 2)."""
-    if text is None:
-        text = "goodput:rate" if not gates_file.slos.empty else "output_tokens:rate"
-    metric, _, statistic = text.partition(":")
-    try:
-        info = get_metric(metric.strip())
-    except KeyError as exc:
-        raise UsageError(f"--objective: {exc}") from None
-    statistic = statistic.strip() or ("rate" if "rate" in info.statistics else info.statistics[0])
-    if statistic not in info.statistics:
-        raise UsageError(
-            f"--objective: {info.name} takes {', '.join(info.statistics)}, not {statistic!r}"
-        )
-    return Objective(info.name, statistic, bool(info.higher_is_better))
-
-
-def with_monitors(
-    gates_text: str, profile: str, objective: Objective, *, path: str
-) -> tuple[str, GatesFile]:
-    """The gates file plus the monitor gates tune reads; validated like any gates file."""
-    data = yaml.safe_load(gates_text) or {}
-    if not isinstance(data, dict):
-        raise UsageError(f"{path}: not a gates file", ExitCode.INVALID_GATES)
-    gates = list(data.get("gates") or [])
-    taken = {g.get("name") for g in gates if isinstance(g, dict)}
-    if taken & {OBJECTIVE_GATE, _THROUGHPUT_GATE, _LATENCY_GATE}:
-        raise UsageError(f"{path}: gate names starting with tune_ are kept for batchgate tune")
-    scope = {"profile": profile}
-    gates += [
-        {
-            "name": OBJECTIVE_GATE,
-            "metric": objective.metric,
-            "statistic": objective.statistic,
-            "scope": scope,
-            "monitor": True,
-        },
-        {
-            "name": _THROUGHPUT_GATE,
-            "metric": "output_tokens",
-            "statistic": "rate",
-            "scope": scope,
-            "monitor": True,
-        },
-        {
-            "name": _LATENCY_GATE,
-            "metric": "ttft",
-            "statistic": "p99",
-            "scope": scope,
-            "monitor": True,
-        },
-    ]
-    data["gates"] = gates
-    text = yaml.safe_dump(data, sort_keys=False)
-    try:
-        return text, loads(text, path=path)
-    except Exception as exc:  # GatesFileError: the objective does not fit its scope
-        raise UsageError(f"--objective: {exc}", ExitCode.INVALID_GATES) from None
 
 
 def command_argv(template: str, settings: Mapping[str, Any], port: int) -> list[str]:
@@ -301,8 +215,8 @@ def measurement_of(result: RunResult, rung: int, scale: str, seconds: float) -> 
         objective=objective.value if objective is not None else None,
         objective_interval=objective.interval if objective is not None else None,
         objective_n=objective.n if objective is not None else 0,
-        throughput=_value(by_gate.get(_THROUGHPUT_GATE)),
-        latency_p99=_value(by_gate.get(_LATENCY_GATE)),
+        throughput=_value(by_gate.get(THROUGHPUT_GATE)),
+        latency_p99=_value(by_gate.get(LATENCY_GATE)),
         gates=gates,
         key_gates=key_gates,
         failed=failed,

@@ -5,7 +5,8 @@ reference settings for the calibration), the one calibration every candidate is 
 (taken with the reference settings: the bundled server swaps to `safe` itself, a live `--target`
 gets `safe` for the calibration and its own settings back, a `--server-cmd` is started on
 `--reference`), the incumbent's settings, the knob space and the search; stopping what it
-started. It does not parse arguments, print or write the outputs (`gate.commands.tune`).
+started. It does not parse arguments or print (`gate.commands.tune`), nor write tune.json or
+the winner's preset (`gate.outputs.tune_json`, `gate.tune.preset`).
 """
 
 from __future__ import annotations
@@ -28,9 +29,11 @@ from gate.orchestrator.processes import ChildProcess, ProcessError, start_child,
 from gate.orchestrator.run_config import RunConfig
 from gate.orchestrator.runner import execute
 from gate.orchestrator.target import TargetClient
-from gate.orchestrator.tune import Candidate, TuneSearch, rungs_from
-from gate.orchestrator.tune_runner import CandidateRunner, Objective, command_argv, free_port
-from gate.orchestrator.tune_space import KnobSpace, flatten_settings
+from gate.tune.candidate import Candidate
+from gate.tune.objective import Objective
+from gate.tune.runner import CandidateRunner, command_argv, free_port
+from gate.tune.search import TuneSearch, rungs_from
+from gate.tune.space import KnobSpace, flatten_settings
 
 __all__ = ["TuneOutcome", "TuneRequest", "TuneSession"]
 
@@ -42,7 +45,7 @@ class TuneRequest:
     gates_file: GatesFile  # with the monitor gates tune reads
     gates_text: str
     plans: tuple[ProfilePlan, ...]
-    knobs: list[tuple[str, tuple[Any, ...] | None]]  # tune_space.parse_knobs
+    knobs: list[tuple[str, tuple[Any, ...] | None]]  # gate.tune.space.parse_knobs
     objective: Objective
     overrides: dict[str, dict[str, Any]]
     budget_seconds: float

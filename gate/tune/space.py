@@ -4,7 +4,7 @@ Owns knob names (short forms such as `max_wait_ms` for `interactive.max_wait_ms`
 default grid, parsing `--knobs` and `--values`, turning a candidate's knob values into a gates-file
 preset (nested class settings), a stable key for a candidate's settings (so a candidate that
 repeats reuses its measurements), and the neighbours of a value used to refine near the best. It
-does not measure or search (`gate.orchestrator.tune`).
+does not measure or search (`gate.tune.runner`, `gate.tune.search`).
 """
 
 from __future__ import annotations

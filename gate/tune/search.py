@@ -18,21 +18,21 @@ A candidate whose settings repeat is not measured again at a rung it already has
 are reused). A run that would not finish within the budget (estimated from the runs at that rung
 so far) is not started. The winner is the passing candidate with the best objective at the
 highest rung any candidate passed at. It measures nothing itself: a `measure` callable runs one
-candidate at one rung (`gate.orchestrator.tune_runner`); it does not print or write files
-(`gate.commands.tune`).
+candidate at one rung (`gate.tune.runner`); it does not print or write files
+(`gate.commands.tune`, `gate.outputs`).
 """
 
 from __future__ import annotations
 
-import dataclasses
 import time
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 from gate.orchestrator.live import LiveView
-from gate.orchestrator.tune_space import KnobSpace, candidate_key, short_name
+from gate.tune.candidate import Candidate, Measurement
+from gate.tune.space import KnobSpace
 
-__all__ = ["RUNG_SAMPLE_FACTOR", "Candidate", "Measurement", "TuneSearch", "rungs_from"]
+__all__ = ["RUNG_SAMPLE_FACTOR", "SCALES", "Measure", "TuneSearch", "rungs_from"]
 
 SCALES = ("smoke", "quick", "full")
 RUNG_SAMPLE_FACTOR = 5.0  # quick sends 5x smoke's requests, full 4x quick (gate.orchestrator.plan)
@@ -41,66 +41,6 @@ _SCALE_FACTOR = {"smoke": 1.0, "quick": 5.0, "full": 20.0}
 
 def rungs_from(scale: str) -> tuple[str, ...]:
     return SCALES[SCALES.index(scale) :]
-
-
-@dataclasses.dataclass(frozen=True, kw_only=True)
-class Measurement:
-    """One run of one candidate at one rung."""
-
-    rung: int
-    scale: str
-    outcome: str  # pass | fail | inconclusive | no_data | interrupted
-    exit_code: int
-    run_dir: str
-    seconds: float
-    startup_seconds: float = 0.0  # of `seconds`: starting the candidate's own server
-    objective: float | None = None
-    objective_interval: tuple[float | None, float | None] | None = None
-    objective_n: int = 0
-    throughput: float | None = None  # output tokens/s of the profile
-    latency_p99: float | None = None  # seconds (the trade-off figure's y)
-    gates: Mapping[str, str] = dataclasses.field(default_factory=dict)  # gate id -> status
-    key_gates: tuple[str, ...] = ()  # the gates marked `key: true` (the table's columns)
-    failed: tuple[str, ...] = ()  # blocking gates that did not pass
-    note: str = ""
-
-    def to_dict(self) -> dict[str, Any]:
-        data = dataclasses.asdict(self)
-        data["gates"] = dict(self.gates)
-        return data
-
-
-@dataclasses.dataclass(kw_only=True)
-class Candidate:
-    settings: dict[str, Any]  # knob path -> value (every tuned knob)
-    origin: str  # incumbent | coarse | refine | combined
-    measurements: list[Measurement] = dataclasses.field(default_factory=list)
-
-    @property
-    def key(self) -> str:
-        return candidate_key(self.settings)
-
-    @property
-    def label(self) -> str:
-        """The settings as a person reads them: short knob names (max_wait_ms for the
-        interactive class's), in the order of the knobs."""
-        return ", ".join(
-            f"{short_name(k)}={'default' if v is None else v}" for k, v in self.settings.items()
-        )
-
-    @property
-    def latest(self) -> Measurement | None:
-        return self.measurements[-1] if self.measurements else None
-
-    def at(self, rung: int) -> Measurement | None:
-        return next((m for m in reversed(self.measurements) if m.rung == rung), None)
-
-    def to_dict(self) -> dict[str, Any]:
-        return {
-            "settings": dict(self.settings),
-            "origin": self.origin,
-            "measurements": [m.to_dict() for m in self.measurements],
-        }
 
 
 Measure = Callable[[Candidate, int, str], Measurement]
