@@ -288,6 +288,21 @@ def test_a_zero_first_denominator_is_replaced_not_divided_by() -> None:
     assert stats._betacf(1.0, 3.0, 0.5) == pytest.approx(14 / 3, rel=1e-12)
 
 
+@pytest.mark.parametrize(
+    ("a", "b", "x", "where"),
+    [
+        (0.5, 2.5, 0.625, "d of the even step, m = 1"),
+        (4.25, 22.75, 0.625, "c of the even step, m = 2"),
+        (1.0, 7.0, 0.5, "d of the odd step, m = 2"),
+        (2.0, 22.0, 0.5, "c of the odd step, m = 1"),
+    ],
+)
+def test_a_zero_in_the_recurrence_is_replaced_not_divided_by(a, b, x, where) -> None:
+    # Found by search: at these dyadic arguments one of the four guarded values is exactly 0 in
+    # floating point (beyond the side betainc would use, so only the guard is tested).
+    assert math.isfinite(stats._betacf(a, b, x)), where
+
+
 # --- the bisection -------------------------------------------------------------------------
 
 
