@@ -5,8 +5,8 @@ Run each from the repository root as a module, e.g. `.venv/bin/python -m benchma
 --help`: the scripts import their helpers as `benchmarks.<module>`, so `python benchmarks/x.py`
 does not find them. Three helpers are started as files by path, by other interpreters or as
 children, and import nothing from this package: server_probe.py, body_proxy.py and
-openai_sdk_client.py. The GPU check (gpu_check.py, gpu_sections.py and the bench_engine.py and
-hf_peer.py it imports by file name) still runs as files: `python benchmarks/gpu_check.py`.
+openai_sdk_client.py. The GPU check runs the same way (`python -m benchmarks.gpu_check`) and
+starts each of its sections as `python -m benchmarks.gpu_sections`.
 
 `benchmarks.harness` is the one place that starts a server (the bundled one or a given command),
 waits for its /health, stops it and keeps its log; `benchmarks.host_steal` reads the time the

@@ -4,7 +4,7 @@ static policies side by side, plus (when transformers is installed) the same mod
 transformers' continuous batching and padded generate, and behind `transformers serve
 --continuous-batching` over loopback HTTP (both phases). Prints a table, writes JSON.
 
-    .venv/bin/python benchmarks/bench_engine.py [--requests 192] [--arrival-rate 10] [--no-hf]
+    .venv/bin/python -m benchmarks.bench_engine [--requests 192] [--arrival-rate 10] [--no-hf]
 
 Two phases over the same requests (same prompts and lengths, same order for every policy):
 - capacity: every request arrives at t=0 (an offline burst, as in vLLM's throughput benchmark),
@@ -31,13 +31,11 @@ from pathlib import Path
 
 import torch
 
+from benchmarks.hf_peer import HFRequest, build_hf_model, run_hf_continuous, run_hf_padded
+from benchmarks.serve_peer import serve_rows
 from reference_server import Engine, EngineConfig, SamplingParams
 from reference_server.config import BatchingConfig, ClassConfig
 from reference_server.model_runner import auto_num_threads
-
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-from hf_peer import HFRequest, build_hf_model, run_hf_continuous, run_hf_padded
-from serve_peer import serve_rows
 
 RESULTS = Path(__file__).resolve().parent / "results" / "engine.json"
 

@@ -3,8 +3,8 @@ with ~200-token contexts, and a 512-token prefill. Prints a table, writes JSON.
 
     .venv/bin/python -m benchmarks.bench_model_step [--model tiny] [--device auto]
 
-A measurement script, not a test: nothing here asserts a speed. It imports nothing from the
-benchmarks package: gpu_sections.py, run as a file, imports it by file name.
+A measurement script, not a test: nothing here asserts a speed. gpu_sections.py imports its
+`bench_decode` as `benchmarks.bench_model_step`.
 """
 
 from __future__ import annotations

@@ -3,7 +3,7 @@ against the HBM roofline, continuous vs static on the mixed workload, a `batchga
 smoke` with the NVML sampler, and peak device memory vs the KV budget, in one table, in at most
 8 minutes. Without CUDA it says so and exits 0.
 
-    .venv/bin/python benchmarks/gpu_check.py [--device auto|cuda|cpu] [--quick] [--out FILE]
+    .venv/bin/python -m benchmarks.gpu_check [--device auto|cuda|cpu] [--quick] [--out FILE]
 
 Exit 1 when a section failed (its row says why), else 0. Writes benchmarks/results/gpu_check.json.
 `--device cpu --quick` runs the CPU-runnable sections on the tiny model: the test hook.
@@ -286,7 +286,8 @@ def launch_child(
     seconds = budget_seconds - CHILD_GRACE_SECONDS
     argv = [
         sys.executable,
-        str(BENCHMARKS / "gpu_sections.py"),
+        "-m",
+        "benchmarks.gpu_sections",
         f"--section={spec.name}",
         f"--rows-out={rows_path}",
         f"--seconds={seconds:.1f}",
@@ -342,7 +343,7 @@ def exit_code_for(rows: list[dict[str, Any]]) -> int:
 
 def probe_device(device: str) -> dict[str, Any]:
     """What the device is, asked of a child process (this one never initialises CUDA)."""
-    argv = [sys.executable, str(BENCHMARKS / "gpu_sections.py"), "--probe", "--device", device]
+    argv = [sys.executable, "-m", "benchmarks.gpu_sections", "--probe", "--device", device]
     code, timed_out, tail = run_command(argv, timeout_seconds=120, grace_seconds=5, cwd=REPO_ROOT)
     lines = [line for line in tail.splitlines() if line.startswith("{")]
     if code != 0 or timed_out or not lines:

@@ -1,8 +1,8 @@
 """What each section of benchmarks/gpu_check.py measures, and the child-process entry point
 that runs one section (or probes the device) and writes its rows as JSON lines.
 
-    python benchmarks/gpu_sections.py --section=decode --rows-out=F --seconds=100 --device=cuda
-    python benchmarks/gpu_sections.py --probe --device=auto
+    python -m benchmarks.gpu_sections --section=decode --rows-out=F --seconds=100 --device=cuda
+    python -m benchmarks.gpu_sections --probe --device=auto
 
 A section is a generator of table rows; its cases check the section's deadline before they
 start and report "not run" once it is spent. Rows are written as they come, so a section killed
@@ -23,7 +23,7 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
-from gpu_check import (
+from benchmarks.gpu_check import (
     REPO_ROOT,
     Deadline,
     decode_bytes_per_step,
@@ -121,8 +121,8 @@ def run_gpu_tests(ctx: Context) -> Iterator[dict[str, Any]]:
 
 def run_decode(ctx: Context) -> Iterator[dict[str, Any]]:
     import torch
-    from bench_model_step import bench_decode
 
+    from benchmarks.bench_model_step import bench_decode
     from reference_server.model_runner import ModelRunner
 
     presets, batches = (("tiny",), (1, 8)) if ctx.quick else (("100m", "1b"), (1, 8, 64))
@@ -195,8 +195,7 @@ def run_decode(ctx: Context) -> Iterator[dict[str, Any]]:
 
 
 def run_mixed(ctx: Context) -> Iterator[dict[str, Any]]:
-    import bench_engine
-
+    from benchmarks import bench_engine
     from reference_server import Engine
 
     argv = ["--no-hf", "--arrival-rate", "0", "--model", "tiny" if ctx.quick else "100m"]
@@ -330,9 +329,9 @@ def run_memory(ctx: Context) -> Iterator[dict[str, Any]]:
         return
     import random
 
-    import bench_engine
     import torch
 
+    from benchmarks import bench_engine
     from reference_server import Engine, EngineConfig
 
     utilization = EngineConfig().gpu_memory_utilization  # the server's default share

@@ -15,18 +15,28 @@ the in-process rows, these include HTTP and the server's tokenizing and detokeni
 from __future__ import annotations
 
 import asyncio
+import importlib.util
 import subprocess
-import sys
 import tempfile
 import time
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import httpx
 
 REPO = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(REPO / "scripts"))
-from transformers_target import build, serve_argv  # noqa: E402
+
+
+def _transformers_target() -> Any:
+    """scripts/transformers_target.py (a script, not a package module), loaded by path."""
+    path = REPO / "scripts" / "transformers_target.py"
+    spec = importlib.util.spec_from_file_location("transformers_target", path)
+    assert spec is not None and spec.loader is not None, path
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
 
 __all__ = ["ServeRequest", "run_serve_peer", "serve_rows"]
 
@@ -97,10 +107,11 @@ def run_serve_peer(
     """{phase: row} for each phase's requests, one server for all; raises RuntimeError when
     the server does not start."""
     with tempfile.TemporaryDirectory(prefix="bench-serve-") as tmp:
-        directory = build(Path(tmp) / "model", model=model, seed=seed)
+        target = _transformers_target()
+        directory = target.build(Path(tmp) / "model", model=model, seed=seed)
         port = _free_port()
         log = Path(tmp) / "serve.log"
-        argv = serve_argv(directory, port, num_blocks=num_blocks)
+        argv = target.serve_argv(directory, port, num_blocks=num_blocks)
         with log.open("w") as out:
             proc = subprocess.Popen(argv, stdout=out, stderr=subprocess.STDOUT)
         try:

@@ -14,14 +14,10 @@ from pathlib import Path
 import pytest
 from rundir_builder import request_records, write_manifest, write_profile
 
-BENCHMARKS = Path(__file__).resolve().parents[2] / "benchmarks"
-# The benchmarks are scripts, not a package: they import each other by file name.
-sys.path.insert(0, str(BENCHMARKS))
+from benchmarks import gpu_check, gpu_sections
+from reference_server.model_config import get_preset
 
-import gpu_check  # noqa: E402
-import gpu_sections  # noqa: E402
-
-from reference_server.model_config import get_preset  # noqa: E402
+REPO = Path(__file__).resolve().parents[2]
 
 # -- the roofline ----------------------------------------------------------------------------
 
@@ -392,7 +388,8 @@ def test_cpu_only_sections_say_they_were_skipped(tmp_path):
 
 def _command(*args: str) -> subprocess.CompletedProcess[str]:
     return subprocess.run(
-        [sys.executable, str(BENCHMARKS / "gpu_check.py"), *args],
+        [sys.executable, "-m", "benchmarks.gpu_check", *args],
+        cwd=REPO,
         capture_output=True,
         text=True,
         timeout=120,

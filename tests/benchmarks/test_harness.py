@@ -18,13 +18,6 @@ import pytest
 from benchmarks.harness import REPO_ROOT, Server, ServerStartError, print_table
 
 FAKE = REPO_ROOT / "tests" / "loadgen" / "fake_openai_server.py"
-# Run as files by their owners' scripts (gpu_check starts gpu_sections by path; both import
-# bench_engine and bench_model_step by file name): not yet package modules.
-RUN_AS_FILES = {"gpu_check", "gpu_sections", "bench_engine", "hf_peer"}
-# Files written or changed this round by others that still touch sys.path, until they are
-# package modules too (issue 41 item 4); no other file may.
-TOUCH_SYS_PATH = {"benchmarks/bench_engine.py", "benchmarks/serve_peer.py",
-                  "tests/benchmarks/test_gpu_check.py"}  # fmt: skip
 
 
 def test_a_given_command_is_served_then_stopped_with_its_log_kept() -> None:
@@ -103,7 +96,7 @@ def test_the_table_aligns_each_column_to_its_widest_cell(capsys: pytest.CaptureF
 def test_every_benchmark_imports_as_a_package_module() -> None:
     names = sorted(
         f"benchmarks.{p.stem}" for p in (REPO_ROOT / "benchmarks").glob("*.py")
-        if p.stem not in RUN_AS_FILES | {"__init__"}
+        if p.stem != "__init__"
     )  # fmt: skip
     # In a child, so that the modules' imports (torch among them) stay out of this process.
     code = "import importlib, sys\nfor n in sys.argv[1:]: importlib.import_module(n)"
@@ -131,7 +124,7 @@ def test_no_other_benchmark_or_its_test_touches_sys_path(tmp_path: Path) -> None
     assert _touches_sys_path(sample)
     files = [*REPO_ROOT.glob("benchmarks/*.py"), *REPO_ROOT.glob("tests/benchmarks/*.py")]
     touching = {str(p.relative_to(REPO_ROOT)) for p in files if _touches_sys_path(p)}
-    assert touching <= TOUCH_SYS_PATH, (
-        f"{sorted(touching - TOUCH_SYS_PATH)}: import the benchmarks' helpers as benchmarks.X and "
+    assert not touching, (
+        f"{sorted(touching)}: import the benchmarks' helpers as benchmarks.X and "
         "run them as `python -m benchmarks.NAME` from the repository root (benchmarks/__init__.py)"
     )
