@@ -1,0 +1,188 @@
+"""The guarded protocol's state changes one call at a time, on a fake transport, loop and guard:
+what a finished response re-arms (and when it must not), what shutdown does between requests
+and during one, that a lingering connection answers nothing more, that a graceful close marks it
+busy, and when the head deadline does nothing. The loopback tests in test_connections_protocol.py
+cover the same paths end to end; these reach the branches a real socket rarely shows."""
+
+from __future__ import annotations
+
+from collections import deque
+from types import SimpleNamespace
+from typing import Any
+
+import pytest
+
+from reference_server.api.connections import guarded_protocol
+
+
+class _Transport:
+    def __init__(self, closing: bool = False) -> None:
+        self.closing = closing
+        self.written: list[bytes] = []
+        self.eofs = 0
+        self.closes = 0
+
+    def is_closing(self) -> bool:
+        return self.closing
+
+    def write(self, data: bytes) -> None:
+        self.written.append(data)
+
+    def can_write_eof(self) -> bool:
+        return True
+
+    def write_eof(self) -> None:
+        self.eofs += 1
+
+    def close(self) -> None:
+        self.closes += 1
+        self.closing = True
+
+
+class _Handle:
+    def __init__(self, delay: float, callback: Any) -> None:
+        self.delay, self.callback, self.cancelled = delay, callback, False
+
+    def cancel(self) -> None:
+        self.cancelled = True
+
+
+class _Loop:
+    def __init__(self) -> None:
+        self.later: list[_Handle] = []
+
+    def call_later(self, delay: float, callback: Any) -> _Handle:
+        handle = _Handle(delay, callback)
+        self.later.append(handle)
+        return handle
+
+
+class _Guard:
+    def __init__(self) -> None:
+        self.limits = SimpleNamespace(header_timeout_seconds=7.0)
+        self.calls: list[tuple[str, Any]] = []
+
+    def set_idle(self, conn: Any, idle: bool) -> None:
+        self.calls.append(("set_idle", (conn, idle)))
+
+    def release_forwarded(self, conn: Any) -> None:
+        self.calls.append(("release_forwarded", conn))
+
+
+def _protocol(**state: Any) -> Any:
+    guard = _Guard()
+    proto = guarded_protocol(guard).__new__(guarded_protocol(guard))
+    proto._guard = guard
+    defaults: dict[str, Any] = dict(
+        transport=_Transport(), loop=_Loop(), server_state=SimpleNamespace(total_requests=0),
+        flow=SimpleNamespace(resume_reading=lambda: None), pipeline=deque(),
+        timeout_keep_alive_task=None, timeout_keep_alive=5, cycle=None, _awaiting_head=False,
+        _head_bytes=0, _deadline=None, _linger=None, _lingering=False, _lingered=0,
+    )  # fmt: skip
+    defaults.update(state)
+    for name, value in defaults.items():
+        setattr(proto, name, value)
+    proto._start_asgi_task = lambda cycle, app: None
+    return proto
+
+
+def _rearmed(proto: Any) -> bool:
+    return ("set_idle", (proto, True)) in proto._guard.calls
+
+
+def test_a_finished_response_re_arms_the_head_deadline() -> None:
+    proto = _protocol(_head_bytes=40)
+    proto.on_response_complete()
+    assert proto._guard.calls == [("release_forwarded", proto), ("set_idle", (proto, True))]
+    assert (proto._awaiting_head, proto._head_bytes) == (True, 0)
+    assert proto._deadline is proto.loop.later[-1] and proto._deadline.delay == 7.0
+
+
+@pytest.mark.parametrize(
+    "state",
+    [
+        {"transport": _Transport(closing=True)},
+        {"pipeline": deque([("cycle", "app"), ("cycle", "app")])},  # one left after uvicorn's pop
+        {"_lingering": True},
+    ],
+    ids=["closing", "pipelined", "lingering"],
+)
+def test_a_finished_response_re_arms_nothing_when_the_connection_is_busy(state) -> None:
+    proto = _protocol(**state)
+    proto.on_response_complete()
+    assert proto._guard.calls == [("release_forwarded", proto)]
+    assert not _rearmed(proto) and proto._awaiting_head is False and proto._deadline is None
+
+
+def test_shutdown_between_requests_closes_gracefully() -> None:
+    for cycle in (None, SimpleNamespace(response_complete=True)):
+        proto = _protocol(_awaiting_head=True, cycle=cycle)
+        proto.shutdown()
+        assert (proto.transport.eofs, proto.transport.closes, proto._lingering) == (1, 0, True)
+        assert proto.transport.written == []
+
+
+def test_shutdown_with_part_of_a_head_answers_draining() -> None:
+    proto = _protocol(_awaiting_head=True, _head_bytes=12)
+    proto.shutdown()
+    assert proto.transport.written[0].startswith(b"HTTP/1.1 503 Service Unavailable\r\n")
+    assert b'"code":"draining"' in proto.transport.written[0]
+
+
+def test_shutdown_after_a_head_leaves_it_to_uvicorn() -> None:
+    # The head is in (not awaiting one): uvicorn closes a finished connection outright, and lets
+    # one being answered finish without keep-alive.
+    done = _protocol(_awaiting_head=False, cycle=SimpleNamespace(response_complete=True))
+    done.shutdown()
+    assert (done.transport.closes, done.transport.eofs, done._lingering) == (1, 0, False)
+    busy_cycle = SimpleNamespace(response_complete=False, keep_alive=True)
+    busy = _protocol(_awaiting_head=True, cycle=busy_cycle)
+    busy.shutdown()
+    assert busy_cycle.keep_alive is False and busy.transport.closes == 0
+
+
+def test_a_lingering_connection_answers_nothing_more() -> None:
+    proto = _protocol(_lingering=True)
+    proto._answer("header_timeout")
+    assert proto.transport.written == [] and proto.transport.eofs == 0
+    closing = _protocol(transport=_Transport(closing=True))
+    closing._answer("header_timeout")
+    assert closing.transport.written == []
+    fresh = _protocol()
+    fresh._answer("header_timeout")
+    assert fresh.transport.written[0].startswith(b"HTTP/1.1 408 Request Timeout\r\n")
+    assert fresh.transport.eofs == 1
+
+
+def test_a_graceful_close_marks_the_connection_busy_and_lingers() -> None:
+    proto = _protocol()
+    proto._close_gracefully()
+    assert proto._guard.calls == [("set_idle", (proto, False))]
+    assert proto._lingering is True and proto.transport.eofs == 1
+    assert proto._linger is proto.loop.later[-1] and proto._linger.delay == 2.0
+
+
+@pytest.mark.parametrize(
+    "state",
+    [
+        {"_awaiting_head": False},
+        {"_awaiting_head": True, "transport": _Transport(closing=True)},
+        {"_awaiting_head": True, "_lingering": True},
+    ],
+    ids=["head-in", "closing", "lingering"],
+)
+def test_the_head_deadline_does_nothing_once_moot(state) -> None:
+    proto = _protocol(**state)
+    proto._deadline = "armed"
+    proto._head_timed_out()
+    assert proto._deadline is None
+    assert proto._guard.calls == [] and proto.transport.eofs == 0 and proto.transport.written == []
+
+
+def test_the_head_deadline_closes_a_silent_connection_and_answers_a_partial_head() -> None:
+    silent = _protocol(_awaiting_head=True)
+    silent._head_timed_out()
+    assert silent.transport.written == [] and silent.transport.eofs == 1
+    partial = _protocol(_awaiting_head=True, _head_bytes=5)
+    partial._head_timed_out()
+    assert partial.transport.written[0].startswith(b"HTTP/1.1 408 Request Timeout\r\n")
