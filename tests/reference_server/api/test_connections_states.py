@@ -186,3 +186,68 @@ def test_the_head_deadline_closes_a_silent_connection_and_answers_a_partial_head
     partial = _protocol(_awaiting_head=True, _head_bytes=5)
     partial._head_timed_out()
     assert partial.transport.written[0].startswith(b"HTTP/1.1 408 Request Timeout\r\n")
+
+
+class _CapGuard(_Guard):
+    def __init__(self) -> None:
+        super().__init__()
+        self.limits = SimpleNamespace(
+            header_timeout_seconds=7.0, max_header_bytes=1024, max_connections=4,
+            max_connections_per_client=2,
+        )  # fmt: skip
+        self.admitted_by_client: dict[str, dict[Any, None]] = {"127.0.0.9": {1: None, 2: None}}
+        self.refusals: list[str] = []
+
+    def admit_late(self, conn: Any) -> bool:
+        return False
+
+    def refused(self, code: str) -> None:
+        self.refusals.append(code)
+
+
+def _capped(url: bytes, cycle: Any, monkeypatch) -> Any:
+    from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol
+
+    started: list[Any] = []
+    monkeypatch.setattr(HttpToolsProtocol, "on_headers_complete", lambda self: started.append(self))
+    guard = _CapGuard()
+    proto = _protocol(url=url, headers=[(b"host", b"x")], scope={}, cycle=cycle, _refusal=None)
+    proto._guard = guard
+    proto.client_key = "127.0.0.5"
+    proto.transport.abort = lambda: None
+    proto.started = started
+    return proto
+
+
+def test_a_client_with_no_connection_over_the_server_cap_is_told_the_server_limit(
+    monkeypatch,
+) -> None:
+    proto = _capped(b"/x", None, monkeypatch)
+    assert proto._over_a_cap() == "server_connection_limit"
+    proto.client_key = "127.0.0.9"  # holds its 2 of 2
+    assert proto._over_a_cap() == "client_connection_limit"
+
+
+def test_a_head_over_a_cap_is_refused_unless_a_response_is_still_being_written(
+    monkeypatch,
+) -> None:
+    finished = _capped(b"/x", SimpleNamespace(response_complete=True), monkeypatch)
+    with pytest.raises(ValueError):
+        finished.on_headers_complete()
+    assert finished._guard.refusals == ["server_connection_limit"]
+    assert finished._refusal == "server_connection_limit" and finished.started == []
+    # Pipelined behind an answer still being written: a refusal now would land inside it.
+    answering = _capped(b"/x", SimpleNamespace(response_complete=False), monkeypatch)
+    answering.on_headers_complete()
+    assert answering._guard.refusals == [] and answering._refusal is None
+    assert answering.started == [answering]
+
+
+def test_an_exempt_path_is_served_over_a_cap_whatever_its_query(monkeypatch) -> None:
+    for url in (b"/health", b"/health?a=1?b=2", b"/metrics?x?y"):
+        proto = _capped(url, None, monkeypatch)
+        proto.on_headers_complete()
+        assert proto._guard.refusals == [] and proto.started == [proto]
+    proto = _capped(b"/healthz?a", None, monkeypatch)
+    with pytest.raises(ValueError):
+        proto.on_headers_complete()
