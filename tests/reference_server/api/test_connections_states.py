@@ -251,3 +251,66 @@ def test_an_exempt_path_is_served_over_a_cap_whatever_its_query(monkeypatch) -> 
     proto = _capped(b"/healthz?a", None, monkeypatch)
     with pytest.raises(ValueError):
         proto.on_headers_complete()
+
+
+class _Socket:
+    def __init__(self, peer: Any) -> None:
+        self.peer = peer
+        self.options: list[tuple] = []
+
+    def getpeername(self) -> Any:
+        if self.peer is None:
+            raise OSError("not connected")  # what uvicorn reads as "no client address"
+        return self.peer
+
+    def getsockname(self) -> Any:
+        return ("127.0.0.1", 8000)
+
+    def setsockopt(self, *args: Any) -> None:
+        self.options.append(args)
+        raise OSError("not supported here")
+
+
+class _OpenGuard(_Guard):
+    def __init__(self) -> None:
+        super().__init__()
+        self.keys: list[str] = []
+
+    def client_key(self, peer: str) -> str:
+        self.keys.append(peer)
+        return peer
+
+    def opened(self, conn: Any) -> Any:
+        from reference_server.api.connection_guard import Admission
+
+        return Admission.ADMITTED
+
+
+def _made(peer: Any) -> Any:
+    import logging
+
+    sock = _Socket(peer)
+    transport = _Transport()
+    transport.get_extra_info = lambda name, default=None: sock if name == "socket" else default
+    proto = _protocol(connections=set(), logger=logging.getLogger("test.connections.states"))
+    proto._guard = _OpenGuard()
+    proto.logger.setLevel(logging.WARNING)
+    proto.connection_made(transport)
+    return proto, sock
+
+
+def test_a_socket_refusing_the_send_buffer_size_is_still_served() -> None:
+    proto, sock = _made(("127.0.0.5", 4321))
+    assert len(sock.options) == 1  # tried, refused (OSError), carried on
+    assert (proto.peer, proto.client_key, proto._guard.keys) == (
+        "127.0.0.5",
+        "127.0.0.5",
+        ["127.0.0.5"],
+    )
+    assert proto._deadline is proto.loop.later[-1]
+
+
+def test_a_connection_without_a_client_address_has_the_empty_peer() -> None:
+    proto, _ = _made(None)
+    assert proto.client is None
+    assert (proto.peer, proto._guard.keys) == ("", [""])
