@@ -314,3 +314,14 @@ def test_a_connection_without_a_client_address_has_the_empty_peer() -> None:
     proto, _ = _made(None)
     assert proto.client is None
     assert (proto.peer, proto._guard.keys) == ("", [""])
+
+
+def test_lingering_input_is_counted_across_reads_up_to_the_linger_bytes() -> None:
+    proto = _protocol(_lingering=True)
+    proto.data_received(b"x" * 600_000)
+    assert (proto._lingered, proto.transport.closes) == (600_000, 0)
+    proto.data_received(b"x" * 448_576)  # exactly 1 MiB in all: still read
+    assert (proto._lingered, proto.transport.closes) == (1_048_576, 0)
+    proto.data_received(b"x")
+    assert (proto._lingered, proto.transport.closes) == (1_048_577, 1)
+    assert proto._guard.calls == []  # dropped unparsed: the guard hears nothing of it
