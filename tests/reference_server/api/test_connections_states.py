@@ -325,3 +325,66 @@ def test_lingering_input_is_counted_across_reads_up_to_the_linger_bytes() -> Non
     proto.data_received(b"x")
     assert (proto._lingered, proto.transport.closes) == (1_048_577, 1)
     assert proto._guard.calls == []  # dropped unparsed: the guard hears nothing of it
+
+
+class _Parser:
+    def __init__(self, error: Exception | None = None) -> None:
+        self.error = error
+        self.fed: list[bytes] = []
+
+    def feed_data(self, data: bytes) -> None:
+        self.fed.append(data)
+        if self.error is not None:
+            raise self.error
+
+
+class _HearingGuard(_Guard):
+    def __init__(self, max_header_bytes: int = 10) -> None:
+        super().__init__()
+        self.limits = SimpleNamespace(header_timeout_seconds=7.0, max_header_bytes=max_header_bytes)
+        self.closed_conns: list[Any] = []
+
+    def heard_from(self, conn: Any) -> None:
+        self.calls.append(("heard_from", conn))
+
+    def closed(self, conn: Any) -> None:
+        self.closed_conns.append(conn)
+
+
+def _hearing(parser: _Parser, **state: Any) -> Any:
+    import logging
+
+    proto = _protocol(
+        parser=parser, _refusal=None, logger=logging.getLogger("test.conn.hearing"), **state
+    )
+    proto._guard = _HearingGuard()
+    return proto
+
+
+def test_an_unfinished_head_is_refused_only_past_the_byte_limit() -> None:
+    proto = _hearing(_Parser(), _awaiting_head=True)
+    proto.data_received(b"GET /abcde")  # 10 bytes: at the limit
+    assert proto.transport.written == [] and proto._head_bytes == 10
+    proto.data_received(b"f")
+    assert proto.transport.written[0].startswith(b"HTTP/1.1 431 ")
+
+
+def test_an_unparsable_request_is_logged_once_and_answered_400(caplog) -> None:
+    import httptools
+
+    proto = _hearing(_Parser(httptools.HttpParserError("bad")), _awaiting_head=True)
+    with caplog.at_level("WARNING", logger="test.conn.hearing"):
+        proto.data_received(b"NOT HTTP\r\n\r\n")
+    assert [r.getMessage() for r in caplog.records] == ["Invalid HTTP request received."]
+    assert proto.transport.written[0].startswith(b"HTTP/1.1 400 Bad Request\r\n")
+
+
+def test_a_lost_connection_is_closed_in_the_guard_and_uvicorn() -> None:
+    for exc, closes in ((None, 1), (ConnectionResetError("reset"), 0)):
+        proto = _hearing(
+            _Parser(), connections=set(), _linger=_Handle(2.0, None), client=None, flow=None
+        )
+        proto.connections.add(proto)
+        proto.connection_lost(exc)
+        assert proto._guard.closed_conns == [proto] and proto.connections == set()
+        assert proto._linger.cancelled and proto.transport.closes == closes  # uvicorn closes on EOF
