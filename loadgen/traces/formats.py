@@ -74,8 +74,13 @@ def read_trace(path: str | Path, format: str = "auto") -> Trace:
 
 
 def detect_format(where: str, text: str) -> str:
-    """The format of a file from its first non-blank line: JSON keys or a CSV header."""
-    first = next((line.strip() for line in text.splitlines() if line.strip()), "")
+    """The format of a file from its first non-blank line: JSON keys or a CSV header. Lines
+    end at "\n" only, as the readers split them: a U+2028 inside a JSON string is not a line
+    break (`str.splitlines` would cut the line there)."""
+    number, first = next(
+        ((n, line.strip()) for n, line in enumerate(text.split("\n"), 1) if line.strip()),
+        (0, ""),
+    )
     if not first:
         raise ConfigError(f"trace file {where} is empty")
     suffix = Path(where).suffix or "(none)"
@@ -83,7 +88,9 @@ def detect_format(where: str, text: str) -> str:
         try:
             keys = set(json.loads(first))
         except (ValueError, TypeError):
-            raise ConfigError(f"{where}:1: not valid JSON, cannot tell the trace format") from None
+            raise ConfigError(
+                f"{where}:{number}: not valid JSON, cannot tell the trace format"
+            ) from None
         if "chat_id" in keys or "parent_chat_id" in keys:
             return "bailian"
         if {"input_length", "output_length"} <= keys:

@@ -251,9 +251,17 @@ def test_a_line_separator_inside_a_json_string_is_not_a_line_break(tmp_path) -> 
     path = tmp_path / "o.jsonl"
     line = '{"timestamp": 0, "input_tokens": 5, "output_tokens": 1, "session": "a\u2028b"}'
     path.write_text(line + "\n", encoding="utf-8")
-    # (an explicit format: detect_format reads its first line with splitlines(), which does
-    # break there -- reported, not fixed here)
     assert read_trace(path, "jsonl").requests[0].session == "a\u2028b"
+    # Told apart on its own too: the format's detection splits lines the way the readers do.
+    assert read_trace(path, "auto").requests[0].session == "a\u2028b"
+    assert detect_format(str(path), path.read_text(encoding="utf-8")) == "jsonl"
+
+
+def test_undetectable_json_is_named_at_its_own_line(tmp_path) -> None:
+    path = tmp_path / "bad.jsonl"
+    path.write_text("\n\n{not json\n", encoding="utf-8")
+    with pytest.raises(ConfigError, match=r"bad\.jsonl:3: not valid JSON, cannot tell"):
+        detect_format(str(path), path.read_text(encoding="utf-8"))
 
 
 def test_csv_refusals_and_blank_rows(tmp_path) -> None:
