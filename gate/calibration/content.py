@@ -22,6 +22,7 @@ from gate.json_shapes import (
     BOOL,
     COUNT,
     NUMBER,
+    OPT_COUNT,
     OPT_NUMBER,
     OPT_TEXT,
     TEXT,
@@ -50,7 +51,10 @@ CALIBRATION_SCHEMA_VERSION = 1
 
 _DISTRIBUTION = obj(p50=NUMBER, p90=OPT_NUMBER, n=COUNT)
 _PHASE = obj(
-    measurement_valid=BOOL, reasons=listing(TEXT), client_cpu_ratio=nullable(mapping(NUMBER))
+    measurement_valid=BOOL,
+    reasons=listing(TEXT),
+    client_cpu_ratio=nullable(mapping(NUMBER)),
+    workers=OPT_COUNT,
 )
 # calibration.json (docs/calibration.md). Keys it does not name are kept, not read.
 CALIBRATION = obj(
@@ -121,6 +125,7 @@ class ClientPhase:
     measurement_valid: bool | None = None  # None: not recorded
     reasons: tuple[str, ...] = ()
     client_cpu_ratio: Mapping[str, float] | None = None
+    workers: int | None = None  # its Locust worker processes; None: not recorded
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True)
@@ -151,6 +156,13 @@ class Calibration:
         """The lone phase's distribution of `metric` (ttft, e2e, tpot, itl), if measured."""
         return self.unloaded.get(length_class, {}).get(metric)
 
+    def capacity_workers(self) -> int | None:
+        """The load-generator processes the capacity was measured with (what `--workers auto`
+        runs the profiles with); None where the file does not say (written before it did)."""
+        phase = (self.client or {}).get("capacity")
+        workers = None if phase is None else phase.workers
+        return workers if workers is not None and workers >= 1 else None
+
     def to_json(self) -> dict[str, Any]:
         """The document, as it was read or made (what `json_io.write_calibration` writes)."""
         return dict(self.document)
@@ -178,6 +190,7 @@ def _client(value: Mapping[str, Any] | None) -> ClientPhase | None:
         measurement_valid=value.get("measurement_valid"),
         reasons=tuple(value.get("reasons") or ()),
         client_cpu_ratio=value.get("client_cpu_ratio"),
+        workers=value.get("workers"),
     )
 
 

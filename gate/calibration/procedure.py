@@ -50,6 +50,9 @@ class CalibrationSpec:
     # slots) queues most of them, and a step sized in E2Es is too short for a stable rate.
     capacity_requests_per_user: float = 4.0
     max_phase_seconds: float = 120.0
+    # The highest client CPU (share of one core) a phase may show and stay a valid measurement;
+    # None: the load generator's own limit (loadgen's `max_client_cpu_ratio`).
+    max_client_cpu_ratio: float | None = None
     prompt_tokens: dict[str, Any] = dataclasses.field(
         default_factory=lambda: {"kind": "uniform", "low": 16, "high": 64}
     )
@@ -68,6 +71,8 @@ class CalibrationSpec:
             raise ValueError("plateau_share must be in (0, 1), capacity_error_share in [0, 1)")
         if not self.capacity_budget_seconds > 0:
             raise ValueError("capacity_budget_seconds must be > 0")
+        if self.max_client_cpu_ratio is not None and not self.max_client_cpu_ratio > 0:
+            raise ValueError("max_client_cpu_ratio must be > 0")
 
     def mean_request_tokens(self) -> float:
         """Mean prompt + answer tokens of the mix (uniform ranges; 0 when not uniform)."""
@@ -79,7 +84,13 @@ class CalibrationSpec:
         return total
 
     def overrides(self, *, users: int, seconds: float, think: float = 0.0) -> dict[str, Any]:
+        limit = (
+            {}
+            if self.max_client_cpu_ratio is None
+            else {"max_client_cpu_ratio": self.max_client_cpu_ratio}
+        )
         return {
+            **limit,
             "mode": "closed",
             "users": users,
             # The load generator holds at most max_concurrency requests in flight (256 unless

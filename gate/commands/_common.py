@@ -27,6 +27,7 @@ from gate.gates.file import load, packaged_gates_path
 from gate.gates.reader import GatesFileError
 from gate.gates.spec import GatesFile
 from gate.json_shapes import problem
+from gate.orchestrator.load_workers import AUTO, WorkerCount, parse_workers
 from gate.orchestrator.preset_flags import start_only
 from gate.orchestrator.suite import SUITE_FILE
 from gate.outputs.files import read_verdicts
@@ -194,6 +195,14 @@ def open_run(path_text: str | Path) -> RunData:
         raise UsageError(f"not a readable run: {exc}", ExitCode.NO_DATA) from None
 
 
+def _workers(text: str) -> WorkerCount:
+    """argparse's type for --workers: its error is argparse's usage error (exit 2)."""
+    try:
+        return parse_workers(text)
+    except ValueError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from None
+
+
 def add_common_arguments(parser: argparse.ArgumentParser) -> None:
     """Flags the verbs that start a target and measure it share (run, sweep, tune, calibrate);
     the shared ones come from gate/commands/_options.py."""
@@ -224,9 +233,12 @@ def add_common_arguments(parser: argparse.ArgumentParser) -> None:
     )
     parser.add_argument(
         "--workers",
-        type=int,
+        type=_workers,
         default=1,
-        help="Locust worker processes of the load generator (default 1; see docs/loadgen.md)",
+        metavar="N|auto",
+        help="Locust worker processes of the load generator (default 1); auto: as many as the "
+        "calibration's capacity sweep needed, doubled whenever one process saturated, up to "
+        "one per CPU (docs/loadgen.md)",
     )
     options.add(parser, "api_key")
     options.add(parser, "admin_token")
@@ -267,8 +279,11 @@ def load_gates_and_preset(
         raise UsageError(
             "--server-arg configures the bundled server; it has no effect with --target"
         )
-    if args.workers < 1:
-        raise UsageError(f"--workers must be >= 1, got {args.workers}")
+    if args.workers == AUTO and args.calibration == "off":
+        raise UsageError(
+            "--workers auto sizes the load generator in the calibration's capacity sweep, "
+            "which --calibration off skips: give a number of workers"
+        )
     if args.target is not None and not args.target.startswith(("http://", "https://")):
         raise UsageError(f"--target must be an http(s) URL, got {args.target!r}")
     return gates_file, preset

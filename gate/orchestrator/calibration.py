@@ -168,7 +168,23 @@ def _client(run: RunData) -> dict[str, Any]:
         "measurement_valid": bool(load.get("measurement_valid")),
         "reasons": list(load.get("invalid_reasons") or []),  # load.json's own key
         "client_cpu_ratio": load.get("client_cpu_ratio"),
+        # The load generator's processes: under --workers auto the run's profiles use the
+        # capacity phase's count.
+        "workers": load.get("workers"),
     }
+
+
+def _advice(settings: SessionSettings) -> str:
+    """What a user can do about a load generator that saturated with `settings`' workers."""
+    workers = settings.load_workers
+    if settings.max_load_workers is None:
+        return (
+            f"Give the load generator more processes (--workers {2 * workers}, or --workers auto)"
+        )
+    return (
+        f"--workers auto already runs {workers}, one per CPU this machine lets it use: drive "
+        "the target from a machine with more CPUs"
+    )
 
 
 def kv_capacity(samples: dict[str, list[tuple[dict[str, str], float]]]) -> dict[str, Any]:
@@ -263,18 +279,31 @@ def calibrate(
         runs[phase] = _phase(phase, spec.overrides(users=users, seconds=seconds), **common)
         return step_figures(runs[phase], users=users, seconds=seconds, phase=phase)
 
-    swept = sweep(measure=measure, spec=spec, lone_e2e=lone_e2e.p50 or 0.0, limit=limit)
+    def widen(step: StepFigures) -> int | None:
+        # --workers auto: a saturated load generator gets twice the processes, up to one a CPU.
+        now: SessionSettings = common["settings"]
+        ceiling = now.max_load_workers
+        if ceiling is None or now.load_workers >= ceiling:
+            return None
+        more = min(ceiling, 2 * now.load_workers)
+        common["settings"] = dataclasses.replace(now, load_workers=more)
+        view.message(
+            f"batchgate: the load generator saturated at {step.users} users with "
+            f"{now.load_workers} worker(s); measuring again with {more} (--workers auto)"
+        )
+        return more
+
+    swept = sweep(
+        measure=measure, spec=spec, lone_e2e=lone_e2e.p50 or 0.0, limit=limit, widen=widen
+    )
     view.message(
         "batchgate: capacity curve: "
         + ", ".join(f"{s.users} users {s.output_tokens_per_second:.0f} tok/s" for s in swept.curve)
         + f"; stopped: {swept.detail}"
     )
     if swept.stop == "client saturated":
-        workers = settings.load_workers
-        view.message(
-            f"batchgate: the capacity could not be measured: {swept.detail}. Give the load "
-            f"generator more processes (--workers {2 * workers}, or --workers auto)"
-        )
+        advice = _advice(common["settings"])
+        view.message(f"batchgate: the capacity could not be measured: {swept.detail}. {advice}")
     loaded = runs[swept.chosen.phase]
     users = swept.chosen.users
     data = {

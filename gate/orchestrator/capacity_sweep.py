@@ -3,9 +3,11 @@
 Owns the schedule of concurrency steps (doubling from `capacity_start_users`, clipped to the
 target's stated limit), the per-step figures (output tokens/s, completed requests/s, E2E median,
 failures, 429s, the load generator's validity), the stop rule (plateau, errors, stated limit,
-client saturated, time budget, most users) and the knee; and reading the target's stated
-concurrency limit where it exposes one (our /admin/batching, a llama.cpp /props slot count, a
-`max_num_seqs` label on a `*config_info` sample, else the KV capacity over a request's tokens).
+client saturated, time budget, most users), a saturated load generator's second try with more
+workers when the caller can give them (`--workers auto`), and the knee; and reading the
+target's stated concurrency limit where it exposes one (our /admin/batching, a llama.cpp /props
+slot count, a `max_num_seqs` label on a `*config_info` sample, else the KV capacity over a
+request's tokens).
 After guidellm's sweep (a synchronous pass, then a throughput pass: here the lone phase, then this
 sweep of throughput passes) and AIPerf's adaptive search (a geometric concurrency range, stopped
 on an improvement plateau). It does not run the load generator (the caller's `measure`) nor
@@ -32,6 +34,7 @@ __all__ = [
     "StepClient",
     "StepFigures",
     "SweepResult",
+    "Widen",
     "stated_limit",
     "step_figures",
     "sweep",
@@ -54,6 +57,7 @@ class StepClient:
     client_valid: bool  # load.json's measurement_valid
     client_cpu_ratio: float | None  # the step's highest sample, of one core
     client_reasons: tuple[str, ...]
+    workers: int = 1  # the load generator's processes (load.json `workers`)
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True)
@@ -73,6 +77,7 @@ class StepFigures:
     client_valid: bool
     client_cpu_ratio: float | None  # the step's highest sample, of one core
     client_reasons: tuple[str, ...]
+    workers: int = 1  # the load generator's processes (load.json `workers`)
 
     def to_json(self) -> dict[str, Any]:
         out = dataclasses.asdict(self)
@@ -86,10 +91,12 @@ def step_figures(run: RunData, *, users: int, seconds: float, phase: str) -> Ste
     profile = run.profiles[PROFILE]
     load = profile.load or {}
     ratio = (load.get("client_cpu_ratio") or {}).get("max")  # load.json: {"mean", "max"}
+    workers = load.get("workers")
     client = StepClient(
         client_valid=bool(load.get("measurement_valid")),
         client_cpu_ratio=float(ratio) if isinstance(ratio, (int, float)) else None,
         client_reasons=tuple(str(r) for r in load.get("invalid_reasons") or ()),
+        workers=workers if isinstance(workers, int) and workers >= 1 else 1,
     )
     req = profile.requests
     if req is None or req.n == 0:
@@ -143,6 +150,7 @@ class SweepResult:
         return {
             "curve": [step.to_json() for step in self.curve],
             "capacity_users": self.chosen.users,
+            "capacity_phase": self.chosen.phase,
             "knee_users": self.knee_users,
             "stop": self.stop,
             "detail": self.detail,
@@ -155,6 +163,9 @@ class SweepResult:
 
 # (phase name, users, seconds) -> that step's figures (the caller keeps its records)
 Measure = Callable[[str, int, float], StepFigures]
+# A step whose load generator saturated -> the worker count it may be measured again with
+# (`--workers auto`), or None when the load generator cannot grow (a fixed count, the ceiling).
+Widen = Callable[[StepFigures], int | None]
 
 
 def _wanted_seconds(spec: CalibrationSpec, reference_e2e: float) -> float:
@@ -165,15 +176,15 @@ def _wanted_seconds(spec: CalibrationSpec, reference_e2e: float) -> float:
 
 
 def _measure_step(
-    measure: Measure, spec: CalibrationSpec, users: int, seconds: float
+    measure: Measure, spec: CalibrationSpec, users: int, seconds: float, suffix: str = ""
 ) -> StepFigures:
-    figures = measure(f"capacity-{users}", users, seconds)
+    figures = measure(f"capacity-{users}{suffix}", users, seconds)
     wanted = spec.capacity_requests_per_user * users
     if figures.completed < wanted and figures.rps > 0 and figures.client_valid:
         # Too few answers per user for a stable rate (a target whose limit is below `users`
         # queues most of them, or answers slowly): again, as long as the rate just seen takes.
         seconds = min(spec.max_phase_seconds, 1.3 * wanted / figures.rps)
-        figures = measure(f"capacity-{users}-long", users, seconds)
+        figures = measure(f"capacity-{users}{suffix}-long", users, seconds)
     return figures
 
 
@@ -192,9 +203,14 @@ def sweep(
     lone_e2e: float,
     limit: Mapping[str, Any],
     clock: Callable[[], float] = time.monotonic,
+    widen: Widen | None = None,
 ) -> SweepResult:
-    """Run the steps until one of STOP_REASONS; the capacity is the best valid step's."""
+    """Run the steps until one of STOP_REASONS; the capacity is the best valid step's.
+
+    A step whose load generator saturated is measured again with more workers while `widen`
+    gives them (`--workers auto`); the saturated step stays in the curve, marked invalid."""
     started = clock()
+    suffix = ""  # phase names after a widening say the worker count: capacity-64-w2
     stated = limit.get("users")
     users = spec.capacity_start_users if stated is None else min(spec.capacity_start_users, stated)
     users = max(2, users)
@@ -212,13 +228,18 @@ def sweep(
                 f"{spec.capacity_budget_seconds:.0f} s"
             )
             break
-        step = _measure_step(measure, spec, users, seconds)
+        step = _measure_step(measure, spec, users, seconds, suffix)
         best = max((s.output_tokens_per_second for s in curve if s.client_valid), default=0.0)
         curve.append(step)
         if not step.client_valid:
+            more = None if widen is None else widen(step)
+            if more is not None:
+                suffix = f"-w{more}"
+                continue  # the same users again, with more load-generator processes
             stop = "client saturated"
             reasons = "; ".join(step.client_reasons) or "measurement not valid"
-            detail = f"the load generator saturated at {users} users ({reasons})"
+            processes = f"{step.workers} worker{'s' if step.workers != 1 else ''}"
+            detail = f"the load generator saturated at {users} users with {processes} ({reasons})"
             break
         problem = _errors(step, spec.capacity_error_share)
         if problem is not None:

@@ -18,6 +18,7 @@ from gate.errors import ExitCode
 from gate.gates.spec import GatesFile
 from gate.orchestrator.bundled_server import BundledServer, ServerOptions
 from gate.orchestrator.faults import RunFault
+from gate.orchestrator.load_workers import WorkerCount
 from gate.orchestrator.plan import ProfilePlan
 from gate.orchestrator.session import SessionSettings
 from gate.orchestrator.target import TargetInfo
@@ -44,7 +45,7 @@ class RunConfig:
     admin_token: str | None = None
     server_options: ServerOptions = field(default_factory=ServerOptions)
     session: SessionSettings | None = None
-    load_workers: int = 1
+    load_workers: WorkerCount = 1  # a number, or "auto" (gate.orchestrator.load_workers)
     write_report: bool = True
     # "fresh": measure now (the first phase of every run); "auto": reuse a saved calibration
     # of the same target, settings and hardware from `calibration_store`, else measure and save

@@ -37,6 +37,7 @@ from gate.orchestrator.faults import (
 )
 from gate.orchestrator.live import LiveView
 from gate.orchestrator.live_preset import apply_live_preset, restore_settings
+from gate.orchestrator.load_workers import AUTO, auto_entry, auto_message, auto_workers
 from gate.orchestrator.manifest import Manifest
 from gate.orchestrator.preset_flags import server_flags
 from gate.orchestrator.processes import ChildProcess, ProcessError
@@ -192,12 +193,14 @@ class _Run:
 
     def _session_settings(self) -> SessionSettings:
         c = self.config
+        auto = c.load_workers == AUTO
         settings = c.session or SessionSettings(
             scale=c.scale,
             api_key=c.api_key,
             admin_token=c.admin_token,
-            load_workers=c.load_workers,
+            load_workers=1 if auto else int(c.load_workers),
         )
+        settings = auto_workers(settings, self.calibration) if auto else settings
         refused = () if self.info is None else self.info.refused_fields
         return dataclasses.replace(settings, drop_fields=refused) if refused else settings
 
@@ -245,6 +248,9 @@ class _Run:
         c = self.config
         assert self.client is not None and self.info is not None
         settings = self._session_settings()
+        if c.load_workers == AUTO:
+            self.manifest.extra["load_workers"] = auto_entry(settings)
+            self.view.message(auto_message(settings))
         for index, plan in enumerate(self.plans, start=1):
             session = ProfileSession(
                 plan=plan,

@@ -53,6 +53,9 @@ class SessionSettings:
     drain_timeout_seconds: float = 30.0
     load_stop_timeout_seconds: float = 20.0
     load_workers: int = 1  # Locust worker processes of the load generator (`--workers`)
+    # `--workers auto`: the capacity sweep may double `load_workers` up to this many whenever
+    # the load generator saturates (gate.orchestrator.load_workers); None: a fixed count.
+    max_load_workers: int | None = None
     # Request fields the target refuses (TargetInfo.refused_fields): the load generator leaves
     # them out of every request (`--drop-fields`).
     drop_fields: tuple[str, ...] = ()
@@ -70,6 +73,8 @@ class SessionSettings:
                 raise ValueError(f"{name} must be > 0, got {getattr(self, name)!r}")
         if self.health_failures_for_dead < 1 or self.load_workers < 1:
             raise ValueError("health_failures_for_dead and load_workers must be >= 1")
+        if self.max_load_workers is not None and self.max_load_workers < self.load_workers:
+            raise ValueError("max_load_workers must be >= load_workers")
 
 
 @dataclass(frozen=True, kw_only=True)

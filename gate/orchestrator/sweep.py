@@ -24,6 +24,7 @@ from gate.errors import ExitCode, UsageError
 from gate.gates.spec import GatesFile
 from gate.orchestrator.bundled_server import BundledServer, ServerOptions, start_bundled_server
 from gate.orchestrator.live import LiveView
+from gate.orchestrator.load_workers import WorkerCount
 from gate.orchestrator.plan import ProfilePlan, resolve_plans
 from gate.orchestrator.preset_flags import server_flags
 from gate.orchestrator.processes import ProcessError
@@ -187,7 +188,7 @@ class SweepRequest:
     server_args: tuple[str, ...] = ()
     api_key: str | None = None
     admin_token: str | None = None
-    workers: int = 1
+    workers: WorkerCount = 1
     calibration: str = "fresh"
 
 

@@ -23,6 +23,7 @@ from gate.gates.spec import GatesFile
 from gate.orchestrator.bundled_server import BundledServer, ServerOptions, start_bundled_server
 from gate.orchestrator.live import LiveView
 from gate.orchestrator.live_preset import apply_live_preset, restore_settings
+from gate.orchestrator.load_workers import WorkerCount
 from gate.orchestrator.plan import ProfilePlan
 from gate.orchestrator.preset_flags import REFERENCE_PRESET, server_flags
 from gate.orchestrator.processes import ChildProcess, ProcessError, start_child, wait_for_health
@@ -57,7 +58,7 @@ class TuneRequest:
     server_args: tuple[str, ...] = ()
     api_key: str | None = None
     admin_token: str | None = None
-    workers: int = 1
+    workers: WorkerCount = 1
     calibration: str = "fresh"
 
 

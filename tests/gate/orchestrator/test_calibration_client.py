@@ -16,5 +16,6 @@ def test_an_invalid_phase_keeps_the_load_generators_reasons(tmp_path):
     assert record["reasons"] == ["schedule lag p99 0.2s > 0.05s"]  # load.json's invalid_reasons
     write_profile(tmp_path, _PROFILE, request_records(20))
     assert _client(load_run(tmp_path)) == {
-        "measurement_valid": True, "reasons": [], "client_cpu_ratio": {"mean": 0.1, "max": 0.2}
+        "measurement_valid": True, "reasons": [], "client_cpu_ratio": {"mean": 0.1, "max": 0.2},
+        "workers": 1,  # load.json's: what --workers auto runs the profiles with
     }  # fmt: skip

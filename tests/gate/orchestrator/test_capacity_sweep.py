@@ -165,3 +165,79 @@ def test_step_figures_read_a_phase_directory(tmp_path):
     assert step.e2e_p50 == pytest.approx(0.1005 + 7 * 0.02, abs=1e-3)
     assert step.client_valid is False and step.client_reasons
     assert step.client_cpu_ratio == 0.2  # load.json's client_cpu_ratio.max
+
+
+def _client_bound(per_worker: int, workers: list[int], ceiling: int):  # type: ignore[no-untyped-def]
+    """A target of 400 streams behind a load generator whose one process drives at most
+    `per_worker` users; `widen` doubles its workers up to `ceiling` (--workers auto)."""
+    seen: list[tuple[str, int, int]] = []
+
+    def measure(phase: str, users: int, seconds: float) -> StepFigures:
+        seen.append((phase, users, workers[0]))
+        valid = users <= per_worker * workers[0]
+        reasons = () if valid else ("client CPU peaked at 0.97 of a core",)
+        return _step(users, min(users, 400) * 10.0, phase=phase, client_valid=valid,
+                     client_reasons=reasons, workers=workers[0])  # fmt: skip
+
+    def widen(step: StepFigures) -> int | None:
+        if workers[0] >= ceiling:
+            return None
+        workers[0] = min(ceiling, 2 * workers[0])
+        return workers[0]
+
+    return measure, widen, seen
+
+
+def test_auto_workers_measure_a_saturated_step_again_with_twice_the_workers():
+    workers = [1]
+    measure, widen, seen = _client_bound(100, workers, ceiling=16)
+    result = sweep(measure=measure, spec=CalibrationSpec(), lone_e2e=0.1, limit={"users": None},
+                   widen=widen)  # fmt: skip
+    # 128 users saturate one worker: again with 2; 256 with 2: again with 4; and so on.
+    assert [(p, u, w) for p, u, w in seen if u >= 128] == [
+        ("capacity-128", 128, 1), ("capacity-128-w2", 128, 2), ("capacity-256-w2", 256, 2),
+        ("capacity-256-w4", 256, 4), ("capacity-512-w4", 512, 4), ("capacity-512-w8", 512, 8),
+        ("capacity-1024-w8", 1024, 8), ("capacity-1024-w16", 1024, 16),
+    ]  # fmt: skip
+    assert result.stop == "plateau" and result.to_json()["saturated"] is True
+    # The saturated tries stay in the curve, marked; the capacity is a valid step's.
+    assert [s.client_valid for s in result.curve].count(False) == 4
+    assert result.chosen.client_valid and result.chosen.output_tokens_per_second == 4000.0
+    assert result.to_json()["capacity_phase"] == result.chosen.phase == "capacity-512-w8"
+    assert result.chosen.workers == 8 and result.to_json()["curve"][-1]["workers"] == 16
+
+
+def test_auto_workers_at_the_ceiling_still_fail_closed_and_say_how_many_ran():
+    workers = [1]
+    measure, widen, seen = _client_bound(20, workers, ceiling=2)
+    result = sweep(measure=measure, spec=CalibrationSpec(), lone_e2e=0.1, limit={"users": None},
+                   widen=widen)  # fmt: skip
+    assert [p for p, _, _ in seen] == ["capacity-16", "capacity-32", "capacity-32-w2",
+                                       "capacity-64-w2"]  # fmt: skip
+    assert result.stop == "client saturated" and result.chosen.client_valid is False
+    assert "saturated at 64 users with 2 workers" in result.detail
+
+
+def test_a_fixed_worker_count_is_never_widened():
+    def measure(phase: str, users: int, seconds: float) -> StepFigures:
+        return _step(users, users * 20.0, client_valid=users < 64, phase=phase)
+
+    result = sweep(measure=measure, spec=CalibrationSpec(), lone_e2e=0.1, limit={"users": None})
+    assert [s.phase for s in result.curve] == ["capacity-16", "capacity-32", "capacity-64"]
+    assert "with 1 worker (" in result.detail
+
+
+def test_step_figures_read_the_worker_count_of_load_json(tmp_path):
+    import json
+
+    from rundir_builder import request_records, write_profile
+
+    from gate.orchestrator.capacity_sweep import PROFILE, step_figures
+    from gate.rundir.run import load_run
+
+    write_profile(tmp_path, PROFILE, request_records(20))
+    path = tmp_path / PROFILE / "load.json"
+    load = json.loads(path.read_text())
+    assert step_figures(load_run(tmp_path), users=4, seconds=1.0, phase="p").workers == 1
+    path.write_text(json.dumps({**load, "workers": 3}))
+    assert step_figures(load_run(tmp_path), users=4, seconds=1.0, phase="p").workers == 3

@@ -38,3 +38,18 @@ def test_a_lower_bound_says_so_and_no_sweep_shows_nothing():
     assert "not saturated: a lower bound" in html and "no: client CPU 0.97" in html
     assert capacity_section({"calibration": {"capacity": {}}}) == ""
     assert capacity_section(None) == ""
+
+
+def test_a_step_measured_again_with_more_workers_marks_only_the_chosen_phase():
+    saturated = {**_step(64, 900, valid=False), "phase": "capacity-64", "workers": 1}
+    again = {**_step(64, 1200), "phase": "capacity-64-w2", "workers": 2}
+    sweep = {
+        "curve": [{**_step(32, 700), "phase": "capacity-32", "workers": 1}, saturated, again],
+        "capacity_users": 64, "capacity_phase": "capacity-64-w2", "knee_users": 64,
+        "stop": "plateau", "detail": "d", "saturated": True, "limit": {"users": 64, "source": "s"},
+    }  # fmt: skip
+    html = capacity_section({"calibration": {"capacity_sweep": sweep}})
+    assert "load-generator workers" in html and html.count("← capacity") == 1
+    rows = html.split("<tr>")
+    assert "← capacity" in rows[-1] and "<td>2</td>" in rows[-1]  # the two-worker row
+    assert "← capacity" not in rows[-2] and "no: client CPU" in rows[-2]
