@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import subprocess
 import sys
+from pathlib import Path
 
 import pytest
 from lg_support import REPO, read_load, read_records
@@ -26,21 +27,26 @@ sys.exit(main())
 """
 
 
-@pytest.mark.slow
-def test_a_failing_driver_ends_the_run_now_with_its_reason(fake_server, tmp_path) -> None:
-    server = fake_server("--ttft-ms", "1", "--itl-ms", "1", "--tokens", "2")
-    out = tmp_path / "steady"
-    argv = [sys.executable, "-c", _FAILING, "--target", server.url, "--profile", "steady"]
-    # A 3 s schedule at 10 req/s; the driver raises once it is sent. Before, the run waited
-    # out its limit (schedule + request timeout + 30 s) for the missing summary.
-    done = subprocess.run(
-        [*argv, "--out", str(out), "--duration", "3", "--rate", "10"],
+def _steady(script: str, url: str, out: Path, *more: str) -> subprocess.CompletedProcess[str]:
+    """`script` run as `python -m loadgen` would be: 3 s of the steady profile at 10 req/s."""
+    argv = [sys.executable, "-c", script, "--target", url, "--profile", "steady"]
+    return subprocess.run(
+        [*argv, "--out", str(out), "--duration", "3", "--rate", "10", *more],
         cwd=REPO,
         capture_output=True,
         text=True,
         timeout=120,
         stdin=subprocess.DEVNULL,
     )
+
+
+@pytest.mark.slow
+def test_a_failing_driver_ends_the_run_now_with_its_reason(fake_server, tmp_path) -> None:
+    server = fake_server("--ttft-ms", "1", "--itl-ms", "1", "--tokens", "2")
+    out = tmp_path / "steady"
+    # A 3 s schedule at 10 req/s; the driver raises once it is sent. Before, the run waited
+    # out its limit (schedule + request timeout + 30 s) for the missing summary.
+    done = _steady(_FAILING, server.url, out)
     assert done.returncode == 5, done.stderr[-3000:]
     assert "loadgen: error: the load driver failed: RuntimeError: boom" in done.stderr
     load = read_load(out)
@@ -91,18 +97,9 @@ def test_a_failing_driver_in_one_of_two_workers_ends_the_run_with_its_reason(
     worker.write_text(f"#!{sys.executable}\n{_FAILING_WORKER}", encoding="utf-8")
     worker.chmod(0o755)
     out = tmp_path / "steady"
-    master = _MASTER.format(worker=str(worker))
-    argv = [sys.executable, "-c", master, "--target", server.url, "--profile", "steady"]
     # A 3 s schedule at 10 req/s split over two workers; worker 1's driver raises once its
     # share is sent, and its message reaches the master, which ends the run.
-    done = subprocess.run(
-        [*argv, "--out", str(out), "--duration", "3", "--rate", "10", "--workers", "2"],
-        cwd=REPO,
-        capture_output=True,
-        text=True,
-        timeout=120,
-        stdin=subprocess.DEVNULL,
-    )
+    done = _steady(_MASTER.format(worker=str(worker)), server.url, out, "--workers", "2")
     assert done.returncode == 5, done.stderr[-3000:]
     assert "the load driver failed: RuntimeError: boom in worker 1" in done.stderr
     load = read_load(out)
