@@ -6,8 +6,9 @@ buckets: `validate_against_buckets`), write `manifest.json`, run each profile's 
 every child on every path (Ctrl-C and SIGTERM included; a second Ctrl-C during cleanup is
 ignored until the children are gone) — or stop after the profile an `abort_on_fail` gate
 stopped (manifest `ended: aborted`, later profiles not run) — then evaluate and write
-verdicts.json, junit.xml, summary.md and report.html. It returns a `RunResult`; printing and
-the exit code are the command's business (`gate.commands.run`).
+verdicts.json, junit.xml, summary.md and report.html (`gate.orchestrator.run_judgement`). It
+returns a `RunResult`; printing and the exit code are the command's business
+(`gate.commands.run`).
 """
 
 from __future__ import annotations
@@ -17,8 +18,6 @@ import datetime as dt
 import secrets
 import signal
 import threading
-from collections.abc import Sequence
-from pathlib import Path
 from typing import Any
 
 from gate.calibration.content import Calibration
@@ -44,14 +43,11 @@ from gate.orchestrator.processes import ChildProcess, ProcessError
 from gate.orchestrator.request_fields import refused_line
 from gate.orchestrator.restore_guard import RestoreGuard
 from gate.orchestrator.run_config import RunConfig, RunResult
+from gate.orchestrator.run_judgement import abort_message, judge
 from gate.orchestrator.session import ProfileSession, SessionSettings
 from gate.orchestrator.suite import Suite, orphaned_profiles, select_suite
 from gate.orchestrator.target import TargetClient, TargetError, TargetInfo
-from gate.outputs.files import write_outputs
 from gate.rundir.abort import AbortRecord
-from gate.rundir.run import RunDirError, load_run
-from gate.verdicts.evaluate import evaluate
-from gate.verdicts.verdict import Evaluation
 
 __all__ = ["execute", "new_run_id"]
 
@@ -344,7 +340,7 @@ def execute(config: RunConfig, view: LiveView) -> RunResult:
             if fault is not None:
                 run.manifest.finish(fault.ended, fault.message)
             elif run.aborted is not None:
-                run.manifest.finish("aborted", _abort_message(run.aborted))
+                run.manifest.finish("aborted", abort_message(run.aborted))
             else:
                 run.manifest.finish("completed", None)
             unwritten = _write_manifest(run.manifest)
@@ -369,7 +365,7 @@ def execute(config: RunConfig, view: LiveView) -> RunResult:
             target=None,
             notes=("interrupted before any load",),
         )
-    return _judge(config, run, fault)
+    return judge(config, suite=run.suite, info=run.info, aborted=run.aborted, fault=fault)
 
 
 def _write_manifest(manifest: Manifest) -> RunFault | None:
@@ -384,72 +380,3 @@ def _write_manifest(manifest: Manifest) -> RunFault | None:
             raise
         return fault
     return None
-
-
-def _abort_message(record: AbortRecord) -> str:
-    return (
-        f"stopped early by abort_on_fail: confident failure of {record.describe()}; "
-        "later profiles were not run"
-    )
-
-
-def _judge(config: RunConfig, run: _Run, fault: RunFault | None) -> RunResult:
-    notes: list[str] = []
-    if run.aborted is not None and fault is None:
-        notes.append(_abort_message(run.aborted))
-    try:
-        data = load_run(config.run_dir)
-    except RunDirError as exc:
-        notes.append(f"nothing to evaluate: {exc}")
-        return RunResult(
-            run_dir=config.run_dir,
-            exit_code=FAULT_EXIT_CODE,
-            fault=fault,
-            evaluation=None,
-            target=run.info,
-            notes=tuple(notes),
-            aborted=run.aborted,
-        )
-    evaluation = evaluate(
-        data,
-        run.suite.gates_file,
-        baseline=config.baseline,
-        inconclusive_policy=config.inconclusive_policy,
-    )
-    if run.suite.skipped:
-        skipped = "; ".join(run.suite.skipped)
-        evaluation = dataclasses.replace(
-            evaluation, notes=(*evaluation.notes, f"gates not judged in this run: {skipped}")
-        )
-    if config.target_url is not None:
-        evaluation = dataclasses.replace(evaluation, rollback_target=config.target_url)
-    try:
-        write_outputs(config.run_dir, evaluation)
-    except OSError as exc:  # the verdicts still reach the terminal and the exit code
-        unwritten = write_failure(exc)
-        if unwritten is None:
-            raise
-        notes.append(f"verdicts.json, junit.xml and summary.md not all written: {exc}")
-        fault = fault or unwritten
-    if config.write_report and (fault is None or fault.ended != "write_failed"):
-        notes.extend(_report(config.run_dir, evaluation, data))
-    code = FAULT_EXIT_CODE if fault is not None else evaluation.exit_code
-    return RunResult(
-        run_dir=config.run_dir,
-        exit_code=ExitCode(code),
-        fault=fault,
-        evaluation=evaluation,
-        target=run.info,
-        notes=tuple(notes),
-        aborted=run.aborted if fault is None else None,
-    )
-
-
-def _report(run_dir: Path, evaluation: Evaluation, data: Any) -> Sequence[str]:
-    from gate.outputs.html.report import write_report
-
-    try:
-        write_report(run_dir, evaluation, run=data)
-    except Exception as exc:  # the report is a convenience: its failure must not hide verdicts
-        return (f"report.html not written: {type(exc).__name__}: {exc}",)
-    return ()
